@@ -1,0 +1,22 @@
+# The two README commands. Everything else is plain CMake (see README).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: demo test deps build clean
+
+demo: build
+	$(BUILD)/bin/enginery plugins --plugin-dir $(BUILD)/plugins
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -LE gpu -j $(JOBS) --timeout 900
+
+build: deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	scripts/install_deps.sh
+
+clean:
+	rm -rf $(BUILD)

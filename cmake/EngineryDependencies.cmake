@@ -1,0 +1,28 @@
+# Finds the chosen dependencies (DESIGN: LibTorch, Gloo/NCCL through c10d, Boost.DLL, TOML++, nlohmann/json,
+# CLI11, GoogleTest) and wraps LibTorch in one interface target with the c10d defines its headers need.
+find_package(Torch REQUIRED)
+find_package(tomlplusplus REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(GTest REQUIRED)
+find_package(Boost REQUIRED)
+find_package(Threads REQUIRED)
+
+option(ENGINERY_WITH_NCCL "Build the NCCL process group path" ${TORCH_CUDA_AVAILABLE})
+if(NOT DEFINED TORCH_CUDA_AVAILABLE AND TARGET torch_cuda)
+  set(ENGINERY_WITH_NCCL ON)
+endif()
+
+add_library(enginery_torch INTERFACE)
+target_link_libraries(enginery_torch INTERFACE ${TORCH_LIBRARIES})
+target_compile_options(enginery_torch INTERFACE ${TORCH_CXX_FLAGS})
+# c10d's headers hide the Gloo and NCCL process groups behind these macros; LibTorch's CMake config sets neither.
+target_compile_definitions(enginery_torch INTERFACE USE_C10D_GLOO)
+if(ENGINERY_WITH_NCCL)
+  target_compile_definitions(enginery_torch INTERFACE USE_C10D_NCCL ENGINERY_WITH_CUDA)
+endif()
+# Debian's LibTorch installs the C++ API headers under a nested include directory.
+if(EXISTS /usr/include/torch/csrc/api/include)
+  target_include_directories(enginery_torch SYSTEM INTERFACE /usr/include/torch/csrc/api/include)
+endif()
+message(STATUS "enginery: LibTorch ${Torch_VERSION}, NCCL ${ENGINERY_WITH_NCCL}")

@@ -1,0 +1,112 @@
+#pragma once
+// The engine contract (DESIGN §3), mirroring verl's BaseEngine. Plugins derive from it; the host only sees this.
+#include <torch/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "host_api/batch.h"
+#include "host_api/config.h"
+#include "host_api/grad_scaler.h"
+#include "host_api/loss.h"
+#include "host_api/torch_compat.h"
+
+namespace enginery {
+
+// Everything a factory needs to build an engine. The host owns the world group and hands it over; engines may
+// make subgroups from `store`.
+struct EngineArgs {
+  std::string model_type = "language_model";  // "language_model" | "value_model"
+  std::string device = "cpu";                 // "cpu" | "cuda"
+  int64_t local_rank = 0;
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  c10::intrusive_ptr<compat::CommGroup> world_group;  // may be null only when world_size == 1
+  c10::intrusive_ptr<c10d::Store> store;               // rendezvous store, for subgroups
+  ModelConfig model;
+  EngineConfig engine;
+  OptimizerConfig optim;
+  CheckpointConfig checkpoint;
+};
+
+// Results of forward_backward_batch / train_batch / infer_batch.
+struct BatchOutput {
+  torch::Tensor loss;                               // sum of the micro-batch losses (the global token mean)
+  std::map<std::string, torch::Tensor> outputs;     // "log_probs", "entropy", "values": micro-batches in order
+  std::map<std::string, torch::Tensor> metrics;     // loss-function metrics, averaged over micro-batches
+  torch::Tensor grad_norm;                          // train_batch only; may be non-finite (the step was skipped)
+  double lr = 0.0;                                  // train_batch only: what lr_scheduler_step returned (as verl)
+};
+
+class BaseEngine {
+ public:
+  // Sets the precision defaults first of all (autocast bf16, no scaler), so a subclass that never builds through
+  // the base's module path is still valid (DESIGN §4).
+  BaseEngine();
+  virtual ~BaseEngine();  // key function: defined out of line in libenginery_host_api
+  BaseEngine(const BaseEngine&) = delete;
+  BaseEngine& operator=(const BaseEngine&) = delete;
+
+  virtual void initialize() = 0;
+
+  // RAII mode switch: the previous mode comes back when the guard dies.
+  class ModeGuard {
+   public:
+    ModeGuard(BaseEngine* engine, bool previous_training);
+    ModeGuard(ModeGuard&& other) noexcept;
+    ModeGuard& operator=(ModeGuard&&) = delete;
+    ~ModeGuard();
+
+   private:
+    BaseEngine* engine_;
+    bool previous_training_;
+  };
+  ModeGuard train_mode();
+  ModeGuard eval_mode();
+  bool is_training() const { return training_; }
+
+  virtual BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only) = 0;
+  // One micro-batch: forward under autocast_dtype(), the loss, and (unless forward_only) the backward.
+  virtual std::pair<torch::Tensor, ModelOutput> forward_step(const Batch& micro_batch, const LossFn& loss_fn,
+                                                             const LossContext& ctx, bool forward_only) = 0;
+
+  // zero grad -> forward_backward_batch -> optimizer_step -> lr_scheduler_step.
+  virtual BatchOutput train_batch(const Batch& batch, const LossFn& loss_fn);
+  // forward_only under eval mode and no-grad; loss_fn may be empty.
+  virtual BatchOutput infer_batch(const Batch& batch, const LossFn& loss_fn = {});
+
+  virtual void optimizer_zero_grad() = 0;
+  // Returns the global grad norm before clipping (a 0-dim tensor on the engine's device). Non-finite: the step
+  // was skipped on every rank.
+  virtual torch::Tensor optimizer_step() = 0;
+  virtual double lr_scheduler_step() = 0;  // returns the lr for the next step
+
+  // Full (unsharded) tensors by Hugging Face name, one at a time; collective: every rank must call it.
+  virtual void get_per_tensor_param(
+      const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) = 0;
+
+  virtual void save_checkpoint(const std::string& path, int64_t global_step, int64_t max_ckpt_to_keep) = 0;
+  virtual void load_checkpoint(const std::string& path) = 0;
+
+  virtual void to(const std::string& device, bool model = true, bool optimizer = true, bool grad = true) = 0;
+
+  virtual int64_t get_data_parallel_rank() const = 0;
+  virtual int64_t get_data_parallel_size() const = 0;
+  virtual c10::intrusive_ptr<compat::CommGroup> get_data_parallel_group() const = 0;
+  virtual bool is_mp_src_rank_with_outputs() const { return true; }
+
+  // Precision (DESIGN §4).
+  c10::ScalarType autocast_dtype() const { return autocast_dtype_; }
+  GradScaler* grad_scaler() const { return scaler_.get(); }
+
+ protected:
+  virtual void set_training(bool training) { training_ = training; }
+
+  c10::ScalarType autocast_dtype_;
+  std::unique_ptr<GradScaler> scaler_;
+  bool training_ = true;
+};
+
+}  // namespace enginery

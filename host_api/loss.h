@@ -1,0 +1,31 @@
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+
+#include "host_api/batch.h"
+#include "host_api/model_output.h"
+
+namespace enginery {
+
+// What the engine tells the loss about the whole step (DESIGN §3).
+struct LossContext {
+  // Number of target tokens (sum of loss_mask) over all micro-batches of this call on all data-parallel ranks,
+  // all-reduced once before the first micro-batch (verl's batch_num_tokens).
+  double global_num_tokens = 0.0;
+  int64_t dp_size = 1;
+  int64_t micro_batch_index = 0;
+  int64_t num_micro_batches = 1;
+};
+
+struct LossResult {
+  // A scalar. The contract: sum over this micro-batch's target tokens divided by ctx.global_num_tokens, so the
+  // sum of every micro-batch's loss over every rank is the global token mean. Engines sum gradients over ranks
+  // (never average), which makes world size N equal world size 1.
+  torch::Tensor loss;
+  std::map<std::string, torch::Tensor> metrics;  // scalar tensors; read on the host only when reported
+};
+
+using LossFn = std::function<LossResult(const ModelOutput& output, const Batch& micro_batch, const LossContext& ctx)>;
+
+}  // namespace enginery

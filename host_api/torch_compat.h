@@ -1,0 +1,145 @@
+#pragma once
+// Every difference between the LibTorch versions we support (1.13 through 2.11) lives here, each with a comment
+// naming the versions. Nothing else in the tree tests TORCH_VERSION_*.
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#ifdef USE_C10D_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#define ENGINERY_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace enginery {
+namespace compat {
+
+// ---- c10d ------------------------------------------------------------------------------------------------------
+// 1.13: ProcessGroupGloo / ProcessGroupNCCL derive from c10d::ProcessGroup.
+// 2.0+: they derive from c10d::Backend (ProcessGroup became a dispatching wrapper). Both expose the same collective
+// methods (allreduce, allgather, _allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, barrier), so the
+// engines talk to whichever class the version's backends derive from.
+#if ENGINERY_TORCH_AT_LEAST(2, 0)
+using CommGroup = c10d::Backend;
+#else
+using CommGroup = c10d::ProcessGroup;
+#endif
+
+// Gloo lacks reduce_scatter and _allgather_base in 1.13 (and _reduce_scatter_base in every version we support);
+// callers emulate them (DESIGN §5). True where the op is native.
+constexpr bool kGlooHasAllgatherBase = ENGINERY_TORCH_AT_LEAST(2, 0);
+
+inline c10::intrusive_ptr<CommGroup> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int size) {
+#ifdef USE_C10D_GLOO
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+#else
+  (void)store, (void)rank, (void)size;
+  TORCH_CHECK(false, "this LibTorch build has no Gloo (USE_C10D_GLOO undefined)");
+#endif
+}
+
+inline bool has_nccl() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+inline c10::intrusive_ptr<CommGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int size) {
+#ifdef USE_C10D_NCCL
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->is_high_priority_stream = true;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+#else
+  (void)store, (void)rank, (void)size;
+  TORCH_CHECK(false, "this build of enginery has no NCCL support (USE_C10D_NCCL undefined)");
+#endif
+}
+
+// ---- autocast --------------------------------------------------------------------------------------------------
+// 1.13–2.3: per-device functions (set_cpu_enabled / set_enabled for CUDA, set_autocast_{cpu,gpu}_dtype).
+// 2.4+: set_autocast_enabled(DeviceType, bool) and set_autocast_dtype(DeviceType, ScalarType).
+inline void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType dtype) {
+#if ENGINERY_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(device, dtype);
+  at::autocast::set_autocast_enabled(device, enabled);
+#else
+  if (device == c10::DeviceType::CPU) {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+    at::autocast::set_cpu_enabled(enabled);
+  } else {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+    at::autocast::set_enabled(enabled);
+  }
+#endif
+}
+
+inline bool autocast_enabled(c10::DeviceType device) {
+#if ENGINERY_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+inline c10::ScalarType autocast_dtype(c10::DeviceType device) {
+#if ENGINERY_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                        : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+// Whether autocast can compute in `dtype` on `device`. 1.13's CPU autocast accepts only bfloat16 (and its CPU
+// matmuls have no fp16 kernels); fp16 CPU autocast arrived in 2.2 (torch 2.2 release notes, "AMP on CPU: float16").
+inline bool autocast_supported(c10::DeviceType device, c10::ScalarType dtype) {
+  if (dtype == c10::kFloat) return true;  // fp32 means no autocast at all
+  if (device == c10::DeviceType::CPU) {
+    if (dtype == c10::kBFloat16) return true;
+    return dtype == c10::kHalf && ENGINERY_TORCH_AT_LEAST(2, 2);
+  }
+  return dtype == c10::kHalf || dtype == c10::kBFloat16;
+}
+
+// Same in every version, kept here so callers include one header.
+inline void clear_autocast_cache() { at::autocast::clear_cache(); }
+
+// Scoped autocast: fp32 means autocast off. Restores the previous state on exit.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device, c10::ScalarType dtype)
+      : device_(device), prev_enabled_(autocast_enabled(device)), prev_dtype_(autocast_dtype(device)) {
+    set_autocast(device, dtype != c10::kFloat, dtype == c10::kFloat ? prev_dtype_ : dtype);
+  }
+  ~AutocastScope() {
+    set_autocast(device_, prev_enabled_, prev_dtype_);
+    clear_autocast_cache();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool prev_enabled_;
+  c10::ScalarType prev_dtype_;
+};
+
+// ---- attention -------------------------------------------------------------------------------------------------
+// 2.0+: at::scaled_dot_product_attention (flash / memory-efficient kernels on CUDA). 1.13: none; models/ keeps
+// a plain math fallback and asks here whether the fused op exists.
+constexpr bool kHasSdpa = ENGINERY_TORCH_AT_LEAST(2, 0);
+
+}  // namespace compat
+}  // namespace enginery

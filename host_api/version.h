@@ -1,0 +1,16 @@
+#pragma once
+// Version constants of the host/plugin contract. A plugin reports the values it was compiled with; the loader
+// compares them with its own (DESIGN §2 step 4).
+
+namespace enginery {
+
+// Bump the major version on any change that breaks binary compatibility of host_api types; bump the minor version
+// when something is added that older plugins can ignore. A host accepts plugins with the same major and a minor
+// that is not newer than its own.
+constexpr int kApiVersionMajor = 1;
+constexpr int kApiVersionMinor = 0;
+
+// Version of the plugin.toml schema this host reads.
+constexpr int kManifestVersion = 1;
+
+}  // namespace enginery

@@ -1,0 +1,60 @@
+#pragma once
+// The interface between models and engines (DESIGN §1: plugin -> models). A DecoderModel is a torch::nn::Module
+// whose parameters keep their Hugging Face names (model.named_parameters() yields "model.layers.0.mlp.up_proj.weight"
+// etc.) and which is split into units that an FSDP engine shards one by one.
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host_api/model_output.h"
+
+namespace enginery {
+namespace models {
+
+struct ModelInputs {
+  torch::Tensor input_ids;       // [B, T] int64
+  torch::Tensor attention_mask;  // [B, T], 1 = real token (left or right padding)
+  torch::Tensor position_ids;    // [B, T] int64; undefined -> derived from attention_mask (cumsum - 1)
+};
+
+struct HeadOptions {
+  bool compute_entropy = false;
+};
+
+// Called by the model around each unit's forward, in execution order. An engine gathers the unit's parameters in
+// pre_forward and may free them in post_forward; post_forward sees the unit's outputs (the tensors flowing to the
+// next unit) so it can hook their gradients, e.g. to gather again before the unit's backward.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void pre_forward(size_t unit) = 0;
+  virtual void post_forward(size_t unit, const std::vector<torch::Tensor>& outputs) = 0;
+};
+
+struct Unit {
+  std::string name;                        // "embed", "layers.0", ..., "head"
+  std::shared_ptr<torch::nn::Module> module;  // owns exactly the unit's parameters (a submodule of the model)
+};
+
+class DecoderModel : public torch::nn::Module {
+ public:
+  ~DecoderModel() override = default;
+
+  // Execution order. Unit 0 holds the token embeddings; units 1..L the decoder layers; the last unit the final
+  // norm and the head (lm_head or the value head). With tied embeddings the head reuses unit 0's weight and has
+  // none of its own, so unit 0 must stay gathered until the head's backward is done (as FSDP2's root).
+  virtual std::vector<Unit> units() = 0;
+
+  // Runs the whole model; `hooks` may be null (plain unsharded run). language_model heads fill log_probs (and
+  // entropy when asked) without materialising the full [tokens x vocab] fp32 logits; value_model heads fill values.
+  virtual ModelOutput forward(const ModelInputs& inputs, const HeadOptions& head, UnitHooks* hooks) = 0;
+
+  virtual std::string hf_model_type() const = 0;  // "llama" | "qwen2" | "qwen3"
+  virtual bool tied_embeddings() const = 0;
+};
+
+}  // namespace models
+}  // namespace enginery

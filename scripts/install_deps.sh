@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages enginery builds with, when some are missing. Needs root (or sudo) only
+# when something is missing.
+set -euo pipefail
+packages=(libtorch-dev libgloo-dev libtomlplusplus-dev libboost-dev nlohmann-json3-dev libgtest-dev libcli11-dev
+          cmake ninja-build g++ ccache make python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing: ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
