@@ -1,7 +1,15 @@
 # Finds the chosen dependencies (DESIGN: LibTorch, Gloo/NCCL through c10d, Boost.DLL, TOML++, nlohmann/json,
 # CLI11, GoogleTest) and wraps LibTorch in one interface target with the c10d defines its headers need.
 find_package(Torch REQUIRED)
-find_package(tomlplusplus REQUIRED)
+# TOML++ is used header-only (TOML_HEADER_ONLY=1): Debian ships it as a compiled library, the GPU machine only
+# has the headers we carry there (scripts/gpu/), and header-only works the same on both.
+find_path(ENGINERY_TOMLPP_INCLUDE_DIR toml++/toml.hpp REQUIRED)
+if(NOT TARGET tomlplusplus::tomlplusplus)
+  add_library(tomlplusplus::tomlplusplus INTERFACE IMPORTED)
+  set_target_properties(tomlplusplus::tomlplusplus PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES ${ENGINERY_TOMLPP_INCLUDE_DIR}
+    INTERFACE_COMPILE_DEFINITIONS TOML_HEADER_ONLY=1)
+endif()
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(GTest REQUIRED)

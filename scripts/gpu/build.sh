@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Run THERE (the GPU machine), from the repo root: configures and builds against PyTorch's LibTorch with CUDA.
+# Usage: scripts/gpu/build.sh [build-dir] [targets...]
+set -eo pipefail
+source scripts/gpu/setup.sh
+build=${1:-build-gpu}; shift || true
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$ENGINERY_CMAKE_PREFIX" \
+  -DTORCH_CUDA_ARCH_LIST=9.0 -DENGINERY_WITH_NCCL=ON
+if [ $# -gt 0 ]; then cmake --build "$build" -j "$(nproc)" --target "$@"; else cmake --build "$build" -j "$(nproc)"; fi

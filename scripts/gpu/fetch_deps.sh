@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Run HERE (the Debian machine): downloads the header-only dependencies the GPU machine lacks into .deps/
+# (git-ignored), to be named in the device tool's `carry` and unpacked there by scripts/gpu/setup.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .deps
+cd .deps
+for p in libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libgtest-dev googletest; do
+  ls ${p}_*.deb >/dev/null 2>&1 || apt-get download "$p"
+done
+ls -la
