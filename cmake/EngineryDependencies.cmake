@@ -3,7 +3,7 @@
 find_package(Torch REQUIRED)
 # TOML++ is used header-only (TOML_HEADER_ONLY=1): Debian ships it as a compiled library, the GPU machine only
 # has the headers we carry there (scripts/gpu/), and header-only works the same on both.
-find_path(ENGINERY_TOMLPP_INCLUDE_DIR toml++/toml.hpp REQUIRED)
+find_path(ENGINERY_TOMLPP_INCLUDE_DIR NAMES toml++/toml.h toml++/toml.hpp REQUIRED)
 if(NOT TARGET tomlplusplus::tomlplusplus)
   add_library(tomlplusplus::tomlplusplus INTERFACE IMPORTED)
   set_target_properties(tomlplusplus::tomlplusplus PROPERTIES
@@ -25,7 +25,12 @@ add_library(enginery_torch INTERFACE)
 target_link_libraries(enginery_torch INTERFACE ${TORCH_LIBRARIES})
 target_compile_options(enginery_torch INTERFACE ${TORCH_CXX_FLAGS})
 # c10d's headers hide the Gloo and NCCL process groups behind these macros; LibTorch's CMake config sets neither.
-target_compile_definitions(enginery_torch INTERFACE USE_C10D_GLOO)
+# Gloo's headers ship with Debian's libgloo-dev but not with PyTorch's wheels; without them the CPU process group
+# is unavailable (the GPU build then runs NCCL only).
+find_path(ENGINERY_GLOO_INCLUDE_DIR gloo/config.h)
+if(ENGINERY_GLOO_INCLUDE_DIR)
+  target_compile_definitions(enginery_torch INTERFACE USE_C10D_GLOO)
+endif()
 if(ENGINERY_WITH_NCCL)
   target_compile_definitions(enginery_torch INTERFACE USE_C10D_NCCL ENGINERY_WITH_CUDA)
 endif()
@@ -33,4 +38,4 @@ endif()
 if(EXISTS /usr/include/torch/csrc/api/include)
   target_include_directories(enginery_torch SYSTEM INTERFACE /usr/include/torch/csrc/api/include)
 endif()
-message(STATUS "enginery: LibTorch ${Torch_VERSION}, NCCL ${ENGINERY_WITH_NCCL}")
+message(STATUS "enginery: LibTorch ${Torch_VERSION}, NCCL ${ENGINERY_WITH_NCCL}, Gloo headers ${ENGINERY_GLOO_INCLUDE_DIR}")
