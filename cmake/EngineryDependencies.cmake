@@ -28,11 +28,13 @@ target_compile_options(enginery_torch INTERFACE ${TORCH_CXX_FLAGS})
 # Gloo's headers ship with Debian's libgloo-dev but not with PyTorch's wheels; without them the CPU process group
 # is unavailable (the GPU build then runs NCCL only).
 find_path(ENGINERY_GLOO_INCLUDE_DIR gloo/config.h)
+# ENGINERY_HAS_GLOO / ENGINERY_HAS_NCCL are ours: PyTorch's wheel config defines USE_C10D_GLOO even though it
+# ships no Gloo headers, so the compat header keys on what we actually found.
 if(ENGINERY_GLOO_INCLUDE_DIR)
-  target_compile_definitions(enginery_torch INTERFACE USE_C10D_GLOO)
+  target_compile_definitions(enginery_torch INTERFACE USE_C10D_GLOO ENGINERY_HAS_GLOO)
 endif()
 if(ENGINERY_WITH_NCCL)
-  target_compile_definitions(enginery_torch INTERFACE USE_C10D_NCCL ENGINERY_WITH_CUDA)
+  target_compile_definitions(enginery_torch INTERFACE USE_C10D_NCCL ENGINERY_HAS_NCCL ENGINERY_WITH_CUDA)
 endif()
 # Debian's LibTorch installs the C++ API headers under a nested include directory.
 if(EXISTS /usr/include/torch/csrc/api/include)

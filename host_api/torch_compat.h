@@ -5,12 +5,15 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cmath>
+#include <limits>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#ifdef USE_C10D_GLOO
+#ifdef ENGINERY_HAS_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#ifdef USE_C10D_NCCL
+#ifdef ENGINERY_HAS_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -37,18 +40,26 @@ constexpr bool kGlooHasAllgatherBase = ENGINERY_TORCH_AT_LEAST(2, 0);
 
 inline c10::intrusive_ptr<CommGroup> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int size) {
-#ifdef USE_C10D_GLOO
+#ifdef ENGINERY_HAS_GLOO
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 #else
   (void)store, (void)rank, (void)size;
-  TORCH_CHECK(false, "this LibTorch build has no Gloo (USE_C10D_GLOO undefined)");
+  TORCH_CHECK(false, "enginery was built without Gloo headers (ENGINERY_HAS_GLOO undefined); use NCCL");
+#endif
+}
+
+inline bool has_gloo() {
+#ifdef ENGINERY_HAS_GLOO
+  return true;
+#else
+  return false;
 #endif
 }
 
 inline bool has_nccl() {
-#ifdef USE_C10D_NCCL
+#ifdef ENGINERY_HAS_NCCL
   return true;
 #else
   return false;
@@ -57,13 +68,13 @@ inline bool has_nccl() {
 
 inline c10::intrusive_ptr<CommGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int size) {
-#ifdef USE_C10D_NCCL
+#ifdef ENGINERY_HAS_NCCL
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->is_high_priority_stream = true;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 #else
   (void)store, (void)rank, (void)size;
-  TORCH_CHECK(false, "this build of enginery has no NCCL support (USE_C10D_NCCL undefined)");
+  TORCH_CHECK(false, "enginery was built without NCCL (configure with -DENGINERY_WITH_NCCL=ON against a CUDA LibTorch)");
 #endif
 }
 
@@ -140,6 +151,42 @@ class AutocastScope {
 // 2.0+: at::scaled_dot_product_attention (flash / memory-efficient kernels on CUDA). 1.13: none; models/ keeps
 // a plain math fallback and asks here whether the fused op exists.
 constexpr bool kHasSdpa = ENGINERY_TORCH_AT_LEAST(2, 0);
+
+// Attention softmax(q k^T * scale + mask) v over q [B, H, T, D], k/v [B, H, S, D] (k/v already expanded to H heads).
+// `attn_mask` is boolean (true = may attend), broadcastable to [B, H, T, S], or undefined; `is_causal` only without
+// a mask (2.x refuses both). Versions: 2.0 has at::scaled_dot_product_attention(q, k, v, mask, dropout, is_causal);
+// 2.1 added `scale`; 2.5 added `enable_gqa` (unused: callers expand k/v). 1.13: plain math, softmax in fp32.
+inline at::Tensor sdpa_math(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& attn_mask,
+                            bool is_causal, double scale) {
+  auto scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat) * scale;
+  if (is_causal) {
+    const int64_t t = q.size(-2), s = k.size(-2);
+    auto causal = at::ones({t, s}, q.options().dtype(at::kBool)).tril(s - t);
+    scores = scores.masked_fill(causal.logical_not(), -std::numeric_limits<float>::infinity());
+  }
+  if (attn_mask.defined()) {
+    scores = scores.masked_fill(attn_mask.logical_not(), -std::numeric_limits<float>::infinity());
+  }
+  auto probs = at::softmax(scores, -1).to(v.scalar_type());
+  return at::matmul(probs, v);
+}
+
+inline at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& attn_mask,
+                       bool is_causal, double scale) {
+#if ENGINERY_TORCH_AT_LEAST(2, 1)
+  c10::optional<at::Tensor> mask;
+  if (attn_mask.defined()) mask = attn_mask;
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, scale);
+#elif ENGINERY_TORCH_AT_LEAST(2, 0)
+  c10::optional<at::Tensor> mask;
+  if (attn_mask.defined()) mask = attn_mask;
+  // 2.0 always scales by 1/sqrt(D): fold the requested scale into q.
+  const double fold = scale * std::sqrt(static_cast<double>(q.size(-1)));
+  return at::scaled_dot_product_attention(fold == 1.0 ? q : q * fold, k, v, mask, 0.0, is_causal);
+#else
+  return sdpa_math(q, k, v, attn_mask, is_causal, scale);
+#endif
+}
 
 }  // namespace compat
 }  // namespace enginery
