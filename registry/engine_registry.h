@@ -1,0 +1,70 @@
+#pragma once
+// EngineRegistry: engine factories keyed by (model_type, backend, device), each remembering where it came from so
+// every error can name the plugin and manifest (DESIGN §2 step 5).
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "host_api/base_engine.h"
+#include "host_api/plugin_api.h"
+
+namespace enginery {
+
+struct EngineOrigin {
+  std::string plugin;    // plugin name, or what registered it when not a plugin
+  std::string manifest;  // path of its plugin.toml; empty when not from a plugin
+  std::string str() const;  // "plugin 'name' (path/plugin.toml)"
+};
+
+struct EngineRegistration {
+  EngineKey key;
+  EngineFactory factory;
+  EngineOrigin origin;
+  std::vector<std::string> capabilities;
+  // Whatever must outlive every engine the factory makes (the plugin's library). Each created engine holds it.
+  std::shared_ptr<const void> keep_alive;
+};
+
+struct EngineInfo {
+  EngineKey key;
+  EngineOrigin origin;
+  std::vector<std::string> capabilities;
+};
+
+class EngineRegistry {
+ public:
+  // Throws EngineryError naming both origins when the key is taken.
+  void register_engine(EngineRegistration registration);
+  // All or nothing: when any key is taken (or repeated in `registrations`) it throws and registers none.
+  void register_all(std::vector<EngineRegistration> registrations);
+
+  bool has(const EngineKey& key) const;
+  // Where an engine came from, or nullptr.
+  const EngineOrigin* origin(const EngineKey& key) const;
+
+  // Builds an engine. args.model_type and args.device are set from the key. The returned pointer keeps the
+  // engine's library alive. An unknown key throws, listing what is registered for the part that did not match
+  // and where each came from.
+  std::shared_ptr<BaseEngine> create(const EngineKey& key, const EngineArgs& args) const;
+  std::shared_ptr<BaseEngine> create(const std::string& model_type, const std::string& backend,
+                                     const std::string& device, const EngineArgs& args) const;
+
+  std::vector<EngineInfo> list() const;  // sorted by key
+
+ private:
+  struct Entry {
+    EngineFactory factory;
+    EngineOrigin origin;
+    std::vector<std::string> capabilities;
+    std::shared_ptr<const void> keep_alive;
+  };
+  void check_free(const EngineRegistration& registration) const;
+  [[noreturn]] void throw_unknown(const EngineKey& key) const;
+
+  mutable std::mutex mutex_;
+  std::map<EngineKey, Entry> entries_;
+};
+
+}  // namespace enginery

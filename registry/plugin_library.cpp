@@ -1,0 +1,106 @@
+#include "registry/plugin_library.h"
+
+#include <dlfcn.h>
+
+#include <boost/dll/shared_library.hpp>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "host_api/error.h"
+#include "host_api/version.h"
+
+namespace enginery {
+namespace {
+
+using Library = boost::dll::shared_library;
+
+std::mutex& libraries_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// Deliberately leaked: destroying it at exit would dlclose every plugin after LibTorch's own teardown began.
+std::vector<std::shared_ptr<Library>>& opened_libraries() {
+  static auto* libraries = new std::vector<std::shared_ptr<Library>>();
+  return *libraries;
+}
+
+std::string api_text(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
+
+}  // namespace
+
+void check_api_version(int major, int minor, const std::string& where, const std::string& who) {
+  const std::string allowed = std::to_string(kApiVersionMajor) + ".0 to " + api_text(kApiVersionMajor, kApiVersionMinor);
+  if (major != kApiVersionMajor) {
+    throw EngineryError("wrong API version on " + who + ": got " + api_text(major, minor) + ", the host's is " +
+                            api_text(kApiVersionMajor, kApiVersionMinor) + " (major versions differ)",
+                        where, allowed);
+  }
+  if (minor > kApiVersionMinor) {
+    throw EngineryError("wrong API version on " + who + ": got " + api_text(major, minor) +
+                            ", newer than the host's " + api_text(kApiVersionMajor, kApiVersionMinor),
+                        where, allowed);
+  }
+}
+
+OpenedLibrary open_plugin_library(const std::filesystem::path& library, const std::string& where) {
+  // RTLD_NODELETE as well: even a handle someone else closes never unmaps the plugin's code.
+  auto mode = static_cast<boost::dll::load_mode::type>(boost::dll::load_mode::rtld_now |
+                                                       boost::dll::load_mode::rtld_local | RTLD_NODELETE);
+  std::shared_ptr<Library> handle;
+  try {
+    handle = std::make_shared<Library>(library, mode);
+  } catch (const std::exception& e) {
+    throw EngineryError("cannot load " + library.string() + ": " + e.what(), where,
+                        "a shared library built for this host");
+  }
+  {
+    std::lock_guard<std::mutex> lock(libraries_mutex());
+    opened_libraries().push_back(handle);
+  }
+  if (!handle->has(ENGINERY_PLUGIN_ENTRY_SYMBOL)) {
+    throw EngineryError(library.string() + " has no entry point '" ENGINERY_PLUGIN_ENTRY_SYMBOL "'", where,
+                        "a library defining it with ENGINERY_DEFINE_PLUGIN");
+  }
+  auto entry = handle->get<const PluginInfo*()>(ENGINERY_PLUGIN_ENTRY_SYMBOL);
+  OpenedLibrary opened;
+  opened.handle = handle;
+  opened.info = entry();
+  if (!opened.info) throw EngineryError(ENGINERY_PLUGIN_ENTRY_SYMBOL "() returned null", where);
+  return opened;
+}
+
+void check_plugin_info(const PluginInfo& info, const PluginManifest& manifest) {
+  const std::string where = "plugin '" + manifest.name + "' (" + manifest.library_path().string() + ")";
+  check_api_version(info.api_version_major, info.api_version_minor, where, "the library");
+  if (info.api_version_major != manifest.api_major || info.api_version_minor != manifest.api_minor) {
+    throw EngineryError("the library reports API " + api_text(info.api_version_major, info.api_version_minor) +
+                            " but its manifest declares " + api_text(manifest.api_major, manifest.api_minor),
+                        manifest.api_version_where, api_text(info.api_version_major, info.api_version_minor));
+  }
+  if (!info.torch_version || host_torch_version() != info.torch_version) {
+    throw EngineryError(std::string("LibTorch version mismatch: the plugin was built with ") +
+                            (info.torch_version ? info.torch_version : "(null)") + ", the host with " +
+                            host_torch_version(),
+                        where, host_torch_version());
+  }
+  if (info.cxx11_abi != host_cxx11_abi()) {
+    throw EngineryError("C++ ABI mismatch: the plugin was built with _GLIBCXX_USE_CXX11_ABI=" +
+                            std::to_string(info.cxx11_abi) + ", the host with " + std::to_string(host_cxx11_abi()),
+                        where, std::to_string(host_cxx11_abi()));
+  }
+  if (!info.plugin_name || manifest.name != info.plugin_name) {
+    throw EngineryError(std::string("the library calls itself '") + (info.plugin_name ? info.plugin_name : "(null)") +
+                            "' but its manifest is named '" + manifest.name + "'",
+                        where, manifest.name);
+  }
+  if (!info.register_engines) throw EngineryError("PluginInfo::register_engines is null", where);
+}
+
+size_t opened_plugin_library_count() {
+  std::lock_guard<std::mutex> lock(libraries_mutex());
+  return opened_libraries().size();
+}
+
+}  // namespace enginery

@@ -1,0 +1,204 @@
+#include "registry/plugin_loader.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "host_api/error.h"
+#include "registry/plugin_files.h"
+#include "registry/plugin_library.h"
+#include "registry/sha256.h"
+
+namespace enginery {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Collects what a plugin registers; nothing reaches the real registry until every check has passed.
+class StagingRegistrar : public Registrar {
+ public:
+  void register_engine(const EngineKey& key, EngineFactory factory) override {
+    if (!factories_.emplace(key, std::move(factory)).second) repeated_.push_back(key.str());
+  }
+  std::map<EngineKey, EngineFactory>& factories() { return factories_; }
+  const std::vector<std::string>& repeated() const { return repeated_; }
+
+ private:
+  std::map<EngineKey, EngineFactory> factories_;
+  std::vector<std::string> repeated_;
+};
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& part : parts) out += (out.empty() ? "" : ", ") + part;
+  return out;
+}
+
+struct Candidate {
+  fs::path manifest;
+  std::string search_source;
+};
+
+// The plugin directories under one search directory, in a stable (sorted) order.
+std::vector<fs::path> plugin_dirs_in(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir / kManifestFileName, ec)) return {dir};
+  std::vector<fs::path> out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_directory(ec) && fs::exists(entry.path() / kManifestFileName, ec)) out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> capabilities_of(const PluginManifest& manifest, const EngineKey& key) {
+  for (const auto& engine : manifest.engines) {
+    if (engine.key == key) return engine.capabilities;
+  }
+  return {};
+}
+
+// Every check of DESIGN §2 step 4 for one manifest that already parsed. Throws EngineryError; on success the
+// plugin's engines are in `registry`, all of them.
+LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) {
+  const std::string who = "plugin '" + manifest.name + "'";
+  check_api_version(manifest.api_major, manifest.api_minor, manifest.api_version_where, who);
+  for (const auto& engine : manifest.engines) {
+    if (const EngineOrigin* taken = registry.origin(engine.key)) {
+      throw EngineryError("engine " + engine.key.str() + " declared by " + who + " (" + manifest.file.string() +
+                              ") is already registered by " + taken->str(),
+                          engine.where, "one plugin per (model_type, backend, device)");
+    }
+  }
+
+  fs::path library = resolve_inside(manifest.directory(), manifest.library, manifest.library_where);
+  check_writable_only_by_owner(library, "plugin library");
+  if (manifest.sha256) {
+    std::string actual = sha256_file_hex(library);
+    if (actual != *manifest.sha256) {
+      throw EngineryError("sha256 mismatch for " + library.string() + ": the file's is " + actual +
+                              ", the manifest says " + *manifest.sha256,
+                          manifest.sha256_where, actual);
+    }
+  }
+
+  OpenedLibrary opened = open_plugin_library(library, who + " (" + manifest.file.string() + ")");
+  check_plugin_info(*opened.info, manifest);
+
+  StagingRegistrar staging;
+  try {
+    opened.info->register_engines(staging);
+  } catch (const std::exception& e) {
+    throw EngineryError(std::string("register_engines threw: ") + e.what(), who + " (" + library.string() + ")");
+  } catch (...) {
+    throw EngineryError("register_engines threw a non-standard exception", who + " (" + library.string() + ")");
+  }
+  if (!staging.repeated().empty()) {
+    throw EngineryError("registered more than once: " + join(staging.repeated()), who + " (" + library.string() + ")");
+  }
+
+  std::vector<std::string> declared_only, registered_only, declared;
+  for (const auto& engine : manifest.engines) {
+    declared.push_back(engine.key.str());
+    if (!staging.factories().count(engine.key)) declared_only.push_back(engine.key.str());
+  }
+  for (const auto& [key, factory] : staging.factories()) {
+    bool is_declared = std::any_of(manifest.engines.begin(), manifest.engines.end(),
+                                   [&](const ManifestEngine& e) { return e.key == key; });
+    if (!is_declared) registered_only.push_back(key.str());
+  }
+  if (!declared_only.empty() || !registered_only.empty()) {
+    std::string what = "the engines the library registers differ from those its manifest declares:";
+    if (!declared_only.empty()) what += " declared but not registered: " + join(declared_only) + ";";
+    if (!registered_only.empty()) what += " registered but not declared: " + join(registered_only) + ";";
+    what.pop_back();
+    throw EngineryError(what, who + " (" + manifest.file.string() + ")", join(declared));
+  }
+
+  std::vector<EngineRegistration> registrations;
+  for (auto& [key, factory] : staging.factories()) {
+    registrations.push_back({key, std::move(factory), EngineOrigin{manifest.name, manifest.file.string()},
+                             capabilities_of(manifest, key), opened.handle});
+  }
+  registry.register_all(std::move(registrations));
+  return LoadedPlugin{manifest, library};
+}
+
+}  // namespace
+
+PluginLoader::PluginLoader(std::vector<PluginSearchDir> search_path) : search_path_(std::move(search_path)) {}
+
+std::vector<PluginSearchDir> PluginLoader::search_path(const std::vector<fs::path>& dirs, const std::string& dirs_source,
+                                                       const char* env_plugin_path, const fs::path& install_default) {
+  std::vector<PluginSearchDir> out;
+  for (const auto& dir : dirs) out.push_back({dir, dirs_source, true});
+  if (env_plugin_path) {
+    std::string value = env_plugin_path;
+    size_t start = 0;
+    while (start <= value.size()) {
+      size_t end = value.find(':', start);
+      if (end == std::string::npos) end = value.size();
+      if (end > start) out.push_back({value.substr(start, end - start), kPluginPathEnv, true});
+      start = end + 1;
+    }
+  }
+  if (!install_default.empty()) out.push_back({install_default, "install default", false});
+  return out;
+}
+
+PluginLoadReport PluginLoader::load(EngineRegistry& registry) const {
+  PluginLoadReport report;
+  report.searched = search_path_;
+
+  // Find every manifest; the same plugin directory reached twice is loaded once.
+  std::vector<Candidate> candidates;
+  std::set<fs::path> seen;
+  for (const auto& dir : search_path_) {
+    std::error_code ec;
+    if (!fs::exists(dir.path, ec)) {
+      if (dir.must_exist) {
+        report.rejected.push_back({dir.path, "", "plugin directory does not exist (from " + dir.source + ")"});
+      }
+      continue;
+    }
+    if (!fs::is_directory(dir.path, ec)) {
+      report.rejected.push_back({dir.path, "", "not a directory (from " + dir.source + ")"});
+      continue;
+    }
+    for (const auto& plugin_dir : plugin_dirs_in(dir.path)) {
+      fs::path manifest = fs::absolute(plugin_dir / kManifestFileName).lexically_normal();
+      fs::path identity = fs::weakly_canonical(manifest, ec);
+      if (seen.insert(ec ? manifest : identity).second) candidates.push_back({manifest, dir.source});
+    }
+  }
+
+  // Read every manifest before any library is opened.
+  std::vector<PluginManifest> manifests;
+  std::map<std::string, fs::path> names;
+  for (const auto& candidate : candidates) {
+    try {
+      check_writable_only_by_owner(candidate.manifest.parent_path(), "plugin directory");
+      check_writable_only_by_owner(candidate.manifest, "plugin manifest");
+      PluginManifest manifest = parse_manifest(candidate.manifest);
+      auto [it, inserted] = names.emplace(manifest.name, manifest.file);
+      if (!inserted) {
+        throw EngineryError("plugin name '" + manifest.name + "' is already used by " + it->second.string(),
+                            manifest.file.string(), "one plugin per name");
+      }
+      manifests.push_back(std::move(manifest));
+    } catch (const std::exception& e) {
+      report.rejected.push_back({candidate.manifest, "", e.what()});
+    }
+  }
+
+  for (const auto& manifest : manifests) {
+    try {
+      report.loaded.push_back(load_one(manifest, registry));
+    } catch (const std::exception& e) {
+      report.rejected.push_back({manifest.file, manifest.name, e.what()});
+    }
+  }
+  return report;
+}
+
+}  // namespace enginery

@@ -1,0 +1,64 @@
+#pragma once
+// PluginLoader: finds plugin manifests on the search path, reads all of them before opening any library, then
+// loads each plugin that passes every check into an EngineRegistry (DESIGN §2 step 4). A plugin that fails a
+// check is reported with a reason a person can act on and leaves the registry exactly as it was.
+//
+// A search directory is either a plugin directory itself (it holds plugin.toml) or holds one subdirectory per
+// plugin (build-*/plugins/<name>/plugin.toml, <libdir>/enginery/plugins/<name>/plugin.toml).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "registry/engine_registry.h"
+#include "registry/manifest.h"
+
+namespace enginery {
+
+constexpr const char* kPluginPathEnv = "ENGINERY_PLUGIN_PATH";
+constexpr const char* kManifestFileName = "plugin.toml";
+
+struct PluginSearchDir {
+  std::filesystem::path path;
+  std::string source;       // "--plugin-dir", "config", "ENGINERY_PLUGIN_PATH", "install default", ...
+  bool must_exist = true;   // a missing directory is reported as a rejection unless false
+};
+
+struct LoadedPlugin {
+  PluginManifest manifest;
+  std::filesystem::path library;  // resolved path of the opened library
+};
+
+struct RejectedPlugin {
+  std::filesystem::path path;  // the plugin.toml, or the search directory when there was none
+  std::string name;            // from the manifest when it could be read
+  std::string reason;
+};
+
+struct PluginLoadReport {
+  std::vector<PluginSearchDir> searched;
+  std::vector<LoadedPlugin> loaded;
+  std::vector<RejectedPlugin> rejected;
+  bool ok() const { return rejected.empty(); }
+};
+
+class PluginLoader {
+ public:
+  explicit PluginLoader(std::vector<PluginSearchDir> search_path);
+
+  // The search path in order: `dirs` (e.g. from the config or --plugin-dir), then each entry of `env_plugin_path`
+  // (colon-separated, as ENGINERY_PLUGIN_PATH; null or empty: none), then `install_default` (skipped quietly when
+  // it does not exist or is empty).
+  static std::vector<PluginSearchDir> search_path(const std::vector<std::filesystem::path>& dirs,
+                                                  const std::string& dirs_source, const char* env_plugin_path,
+                                                  const std::filesystem::path& install_default);
+
+  const std::vector<PluginSearchDir>& search_dirs() const { return search_path_; }
+
+  // Loads every plugin found into `registry`. Never throws for a bad plugin: it is reported instead.
+  PluginLoadReport load(EngineRegistry& registry) const;
+
+ private:
+  std::vector<PluginSearchDir> search_path_;
+};
+
+}  // namespace enginery
