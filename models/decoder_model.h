@@ -22,6 +22,8 @@ struct ModelInputs {
 
 struct HeadOptions {
   bool compute_entropy = false;
+  // Token rows per chunk of the log-prob head; 0 = automatic (one chunk's fp32 logits about 64 MiB).
+  int64_t chunk_tokens = 0;
 };
 
 // Called by the model around each unit's forward, in execution order. An engine gathers the unit's parameters in

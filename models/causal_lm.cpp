@@ -1,0 +1,130 @@
+#include "models/causal_lm.h"
+
+#include "host_api/torch_compat.h"
+#include "models/lm_head.h"
+
+namespace enginery {
+namespace models {
+
+DecoderBodyImpl::DecoderBodyImpl(const ModelArgs& a) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(a.vocab_size, a.hidden_size));
+  torch::nn::ModuleList list;
+  for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
+    layers.emplace_back(a);
+    list->push_back(layers.back());
+  }
+  register_module("layers", list);
+  norm = register_module("norm", RMSNorm(a.hidden_size, a.rms_norm_eps));
+}
+
+HeadUnitImpl::HeadUnitImpl(RMSNorm norm, torch::nn::Linear head, const std::string& head_name) {
+  register_module("norm", norm);
+  if (head) register_module(head_name, head);
+}
+
+CausalLM::CausalLM(ModelArgs args, HeadKind head) : args_(std::move(args)), head_(head) {
+  model_ = register_module("model", DecoderBody(args_));
+  if (head_ == HeadKind::kValue) {
+    // transformers' *ForTokenClassification with num_labels = 1 (what verl's critic loads): a biased linear.
+    score_ = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(args_.hidden_size, 1).bias(true)));
+    head_unit_ = HeadUnit(model_->norm, score_, "score");
+  } else if (!args_.tie_word_embeddings) {
+    lm_head_ = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(args_.hidden_size, args_.vocab_size).bias(false)));
+    head_unit_ = HeadUnit(model_->norm, lm_head_, "lm_head");
+  } else {
+    head_unit_ = HeadUnit(model_->norm, torch::nn::Linear(nullptr), "");
+  }
+  inv_freq_ = rope_inv_freq(args_);
+}
+
+std::vector<Unit> CausalLM::units() {
+  std::vector<Unit> units;
+  units.push_back({"embed", model_->embed_tokens.ptr()});
+  for (size_t i = 0; i < model_->layers.size(); ++i) {
+    units.push_back({"layers." + std::to_string(i), model_->layers[i].ptr()});
+  }
+  units.push_back({"head", head_unit_.ptr()});
+  return units;
+}
+
+torch::Tensor CausalLM::output_embedding_weight() {
+  return lm_head_ ? lm_head_->weight : model_->embed_tokens->weight;
+}
+
+namespace {
+
+// Bool [B, 1, T, T]: causal, keys restricted to real tokens. Every query may always see itself, so rows of padding
+// queries are never fully masked (a fully masked row would give NaN in softmax and in its gradient).
+torch::Tensor padded_causal_mask(const torch::Tensor& valid) {
+  const int64_t t = valid.size(1);
+  auto opts = valid.options().dtype(torch::kBool);
+  auto causal = torch::ones({t, t}, opts).tril();
+  auto allowed = causal.unsqueeze(0).logical_and(valid.unsqueeze(1));
+  allowed = allowed.logical_or(torch::eye(t, opts).unsqueeze(0));
+  return allowed.unsqueeze(1);
+}
+
+}  // namespace
+
+ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, UnitHooks* hooks) {
+  const auto& ids = in.input_ids;
+  TORCH_CHECK(ids.dim() == 2, "input_ids must be [batch, seq]");
+  const int64_t b = ids.size(0), t = ids.size(1);
+  const auto device = ids.device();
+  auto mask = in.attention_mask.defined() ? in.attention_mask.to(device) : torch::ones({b, t}, ids.options());
+  auto valid = mask.to(torch::kBool);
+  const bool all_valid = valid.all().item<bool>();
+  auto positions = in.position_ids.defined()
+                       ? in.position_ids.to(device)
+                       : (mask.to(torch::kLong).cumsum(-1) - 1).clamp_min(0);
+  AttentionContext ctx;
+  ctx.rope = rope_tables(inv_freq_.to(device), positions);
+  if (!all_valid) ctx.mask = padded_causal_mask(valid);
+
+  size_t unit = 0;
+  if (hooks) hooks->pre_forward(unit);
+  auto h = model_->embed_tokens(ids);
+  if (hooks) hooks->post_forward(unit, {h});
+  for (auto& layer : model_->layers) {
+    ++unit;
+    if (hooks) hooks->pre_forward(unit);
+    h = checkpointing_ ? checkpointed_layer_forward(*layer, h, ctx) : layer->forward(h, ctx);
+    if (hooks) hooks->post_forward(unit, {h});
+  }
+  ++unit;
+  if (hooks) hooks->pre_forward(unit);
+  h = model_->norm(h);
+  ModelOutput out;
+  if (head_ == HeadKind::kValue) {
+    out.values = score_(h).squeeze(-1).to(torch::kFloat) * valid.to(torch::kFloat);
+    if (hooks) hooks->post_forward(unit, {out.values});
+    return out;
+  }
+  // Row (b, s) of the hidden states predicts token (b, s + 1); only pairs of real tokens are computed.
+  const int64_t hidden = h.size(-1);
+  auto pair_valid = valid.narrow(1, 0, t - 1).logical_and(valid.narrow(1, 1, t - 1)).reshape({-1});
+  auto rows = pair_valid.nonzero().squeeze(1);
+  auto h_rows = h.narrow(1, 0, t - 1).reshape({-1, hidden}).index_select(0, rows);
+  auto targets = ids.narrow(1, 1, t - 1).reshape({-1}).index_select(0, rows);
+  const auto weight = output_embedding_weight();
+  const auto dtype_device = device.type();
+  const auto compute_dtype =
+      compat::autocast_enabled(dtype_device) ? compat::autocast_dtype(dtype_device) : weight.scalar_type();
+  auto r = chunked_log_probs(h_rows, weight, targets, head.compute_entropy, compute_dtype, head.chunk_tokens);
+  auto scatter = [&](const torch::Tensor& values) {
+    auto flat = torch::zeros({b * (t - 1)}, values.options()).index_copy(0, rows, values);
+    return torch::cat({torch::zeros({b, 1}, values.options()), flat.view({b, t - 1})}, 1);
+  };
+  out.log_probs = scatter(r.log_probs);
+  std::vector<torch::Tensor> outputs{out.log_probs};
+  if (head.compute_entropy) {
+    out.entropy = scatter(r.entropy);
+    outputs.push_back(out.entropy);
+  }
+  if (hooks) hooks->post_forward(unit, outputs);
+  return out;
+}
+
+}  // namespace models
+}  // namespace enginery

@@ -1,0 +1,68 @@
+#pragma once
+// CausalLM: the DecoderModel of llama / qwen2 / qwen3 with a language-model head (per-token log-probs, entropy) or
+// a value head (score: hidden -> 1). Parameter names are transformers' (model.embed_tokens.weight,
+// model.layers.<i>.*, model.norm.weight, lm_head.weight | score.weight, score.bias).
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/decoder_model.h"
+#include "models/layers.h"
+#include "models/model_args.h"
+
+namespace enginery {
+namespace models {
+
+enum class HeadKind { kLanguageModel, kValue };
+
+// transformers' *Model: embeddings, layers, final norm.
+class DecoderBodyImpl : public torch::nn::Module {
+ public:
+  explicit DecoderBodyImpl(const ModelArgs& args);
+  torch::nn::Embedding embed_tokens{nullptr};
+  std::vector<DecoderLayer> layers;
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(DecoderBody);
+
+// The last unit: the final norm plus the head. A module of its own (not registered in the model, so names in the
+// model stay HF's) that owns the same norm and head submodules; with tied embeddings it owns only the norm.
+class HeadUnitImpl : public torch::nn::Module {
+ public:
+  HeadUnitImpl(RMSNorm norm, torch::nn::Linear head, const std::string& head_name);
+};
+TORCH_MODULE(HeadUnit);
+
+class CausalLM : public DecoderModel {
+ public:
+  CausalLM(ModelArgs args, HeadKind head);
+
+  std::vector<Unit> units() override;
+  ModelOutput forward(const ModelInputs& inputs, const HeadOptions& head, UnitHooks* hooks) override;
+  std::string hf_model_type() const override { return args_.model_type; }
+  bool tied_embeddings() const override { return head_ == HeadKind::kLanguageModel && args_.tie_word_embeddings; }
+
+  const ModelArgs& args() const { return args_; }
+  HeadKind head_kind() const { return head_; }
+  void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
+  bool gradient_checkpointing() const { return checkpointing_; }
+
+  // The [V, H] matrix the language-model head multiplies with (lm_head.weight, or the embeddings when tied).
+  torch::Tensor output_embedding_weight();
+  DecoderBody body() { return model_; }
+
+ private:
+  ModelArgs args_;
+  HeadKind head_;
+  bool checkpointing_ = false;
+  DecoderBody model_{nullptr};
+  torch::nn::Linear lm_head_{nullptr};  // untied language_model only
+  torch::nn::Linear score_{nullptr};    // value_model only
+  HeadUnit head_unit_{nullptr};
+  torch::Tensor inv_freq_;  // not a parameter or buffer: derived from the config, never saved
+};
+
+}  // namespace models
+}  // namespace enginery

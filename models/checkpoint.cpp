@@ -1,0 +1,77 @@
+// Gradient checkpointing of one decoder layer: a custom autograd function that keeps only the layer's input and
+// recomputes the layer in backward.
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "host_api/torch_compat.h"
+#include "models/layers.h"
+
+namespace enginery {
+namespace models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  // `params` are inputs only so that autograd routes their gradients; the layer reads its own registered tensors.
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, at::TensorList params, DecoderLayerImpl* layer,
+                               const AttentionContext* attn) {
+    const auto device = x.device().type();
+    ctx->save_for_backward({x});
+    // saved_data holds IValues only: the layer (owned by the model, which outlives its graphs) goes in as an address.
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
+    ctx->saved_data["cos"] = attn->rope.cos;
+    ctx->saved_data["sin"] = attn->rope.sin;
+    ctx->saved_data["has_mask"] = attn->mask.defined();
+    if (attn->mask.defined()) ctx->saved_data["mask"] = attn->mask;
+    ctx->saved_data["autocast"] = compat::autocast_enabled(device);
+    ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(compat::autocast_dtype(device));
+    return layer->forward(x, *attn);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    const auto num_params = ctx->saved_data["num_params"].toInt();
+    AttentionContext attn;
+    attn.rope = {ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor()};
+    if (ctx->saved_data["has_mask"].toBool()) attn.mask = ctx->saved_data["mask"].toTensor();
+    const bool autocast_on = ctx->saved_data["autocast"].toBool();
+    const auto autocast_dtype = static_cast<c10::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
+    auto x = ctx->get_saved_variables()[0];
+    // The backward may run on another thread (CUDA autograd threads) whose autocast state is unset: restore the
+    // forward's explicitly so the recomputed activations match.
+    compat::AutocastScope autocast(x.device().type(), autocast_on ? autocast_dtype : c10::kFloat);
+    torch::AutoGradMode grad_mode(true);
+    auto x_in = x.detach().requires_grad_(true);
+    auto out = layer->forward(x_in, attn);
+    std::vector<torch::Tensor> inputs{x_in};
+    std::vector<int64_t> slot;  // index into the returned list for each entry of `inputs` after x
+    auto params = layer->parameters();
+    TORCH_CHECK(static_cast<int64_t>(params.size()) == num_params, "checkpointed layer changed its parameter count");
+    for (int64_t i = 0; i < num_params; ++i) {
+      if (params[i].requires_grad()) {
+        inputs.push_back(params[i]);
+        slot.push_back(i);
+      }
+    }
+    auto grads = torch::autograd::grad({out}, inputs, {grad_out[0]}, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    variable_list result(1 + num_params + 2);
+    result[0] = grads[0];
+    for (size_t j = 0; j < slot.size(); ++j) result[1 + slot[j]] = grads[1 + j];
+    return result;  // the last two slots are the layer and context pointers: no gradient
+  }
+};
+
+}  // namespace
+
+torch::Tensor checkpointed_layer_forward(DecoderLayerImpl& layer, const torch::Tensor& x, const AttentionContext& ctx) {
+  if (!torch::GradMode::is_enabled()) return layer.forward(x, ctx);
+  auto params = layer.parameters();
+  return CheckpointFunction::apply(x, at::TensorList(params), &layer, &ctx);
+}
+
+}  // namespace models
+}  // namespace enginery

@@ -1,0 +1,123 @@
+#include "models/layers.h"
+
+#include <cmath>
+
+#include "host_api/torch_compat.h"
+
+namespace enginery {
+namespace models {
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto h = x.to(torch::kFloat);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * h.to(x.scalar_type());
+}
+
+torch::Tensor rope_inv_freq(const ModelArgs& args) {
+  const int64_t d = args.head_dim;
+  auto inv = 1.0 / torch::pow(args.rope.theta, torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat) / double(d));
+  if (args.rope.type == "linear") return inv / args.rope.factor;
+  if (args.rope.type != "llama3") return inv;
+  // Llama 3.1: long wavelengths are divided by `factor`, short ones kept, and the band between blended.
+  const auto& r = args.rope;
+  const double old_len = static_cast<double>(r.original_max_position_embeddings);
+  const double low_wavelen = old_len / r.low_freq_factor;
+  const double high_wavelen = old_len / r.high_freq_factor;
+  auto wavelen = 2.0 * M_PI / inv;
+  auto scaled = torch::where(wavelen > low_wavelen, inv / r.factor, inv);
+  auto smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  auto smoothed = (1.0 - smooth) * scaled / r.factor + smooth * scaled;
+  auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+RopeTables rope_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids) {
+  auto freqs = position_ids.to(torch::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device()).view({1, 1, -1});
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos(), emb.sin()};
+}
+
+namespace {
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// x [B, heads, T, D]; cos/sin [B, T, D].
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
+  auto cos = rope.cos.unsqueeze(1).to(x.scalar_type());
+  auto sin = rope.sin.unsqueeze(1).to(x.scalar_type());
+  return x * cos + rotate_half(x) * sin;
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelArgs& a)
+    : heads_(a.num_attention_heads), kv_heads_(a.num_key_value_heads), head_dim_(a.head_dim) {
+  const bool qkv_bias = a.attention_bias;  // always true for qwen2 (see model_args.cpp)
+  const bool o_bias = a.model_type == "llama" && a.attention_bias;
+  using torch::nn::LinearOptions;
+  q_proj = register_module("q_proj", torch::nn::Linear(LinearOptions(a.hidden_size, heads_ * head_dim_).bias(qkv_bias)));
+  k_proj = register_module("k_proj", torch::nn::Linear(LinearOptions(a.hidden_size, kv_heads_ * head_dim_).bias(qkv_bias)));
+  v_proj = register_module("v_proj", torch::nn::Linear(LinearOptions(a.hidden_size, kv_heads_ * head_dim_).bias(qkv_bias)));
+  o_proj = register_module("o_proj", torch::nn::Linear(LinearOptions(heads_ * head_dim_, a.hidden_size).bias(o_bias)));
+  if (a.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, a.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, a.rms_norm_eps));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
+  const int64_t b = x.size(0), t = x.size(1);
+  auto q = q_proj(x).view({b, t, heads_, head_dim_});
+  auto k = k_proj(x).view({b, t, kv_heads_, head_dim_});
+  auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = apply_rope(q.transpose(1, 2), ctx.rope);
+  k = apply_rope(k.transpose(1, 2), ctx.rope);
+  if (kv_heads_ != heads_) {
+    // Grouped-query attention: query head h reads kv head h / (heads / kv_heads), as transformers' repeat_kv.
+    const int64_t rep = heads_ / kv_heads_;
+    k = k.unsqueeze(2).expand({b, kv_heads_, rep, t, head_dim_}).reshape({b, heads_, t, head_dim_});
+    v = v.unsqueeze(2).expand({b, kv_heads_, rep, t, head_dim_}).reshape({b, heads_, t, head_dim_});
+  }
+  // Under autocast q/k/v may differ in dtype (rope promotes); the fused kernels want one.
+  const auto dtype = v.scalar_type();
+  auto out = compat::sdpa(q.to(dtype), k.to(dtype), v, ctx.mask, /*is_causal=*/!ctx.mask.defined(),
+                          1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+}
+
+MLPImpl::MLPImpl(const ModelArgs& a) {
+  using torch::nn::LinearOptions;
+  gate_proj = register_module("gate_proj", torch::nn::Linear(LinearOptions(a.hidden_size, a.intermediate_size).bias(a.mlp_bias)));
+  up_proj = register_module("up_proj", torch::nn::Linear(LinearOptions(a.hidden_size, a.intermediate_size).bias(a.mlp_bias)));
+  down_proj = register_module("down_proj", torch::nn::Linear(LinearOptions(a.intermediate_size, a.hidden_size).bias(a.mlp_bias)));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a) {
+  self_attn = register_module("self_attn", Attention(a));
+  mlp = register_module("mlp", MLP(a));
+  input_layernorm = register_module("input_layernorm", RMSNorm(a.hidden_size, a.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(a.hidden_size, a.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
+  auto h = x + self_attn->forward(input_layernorm(x), ctx);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+}  // namespace models
+}  // namespace enginery

@@ -1,0 +1,74 @@
+#pragma once
+// The building blocks of llama / qwen2 / qwen3 decoders, with the submodule and parameter names of transformers
+// (self_attn.q_proj, mlp.gate_proj, input_layernorm, ...), so named_parameters() yields HF names.
+#include <torch/torch.h>
+
+#include "models/model_args.h"
+
+namespace enginery {
+namespace models {
+
+// y = w * (x / rms(x)), computed in fp32 and cast back to the input dtype before the weight, as transformers does.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary tables for a batch: cos/sin [B, T, head_dim] in fp32 from position_ids [B, T].
+struct RopeTables {
+  torch::Tensor cos, sin;
+};
+torch::Tensor rope_inv_freq(const ModelArgs& args);  // [head_dim / 2] fp32, with the configured scaling
+RopeTables rope_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids);
+
+// What every layer of one forward shares: rotary tables and the attention mask.
+struct AttentionContext {
+  RopeTables rope;
+  torch::Tensor mask;  // bool [B, 1, T, T] (true = may attend) or undefined: plain causal attention
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // qwen3 only
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx);
+
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// Runs `layer` keeping only its input for backward; backward recomputes the layer (under the forward's autocast
+// state) and differentiates it. The layer's parameters are read again at backward time, so an engine that frees
+// them after forward must have gathered them before the layer's backward (it does, from its output-grad hook).
+torch::Tensor checkpointed_layer_forward(DecoderLayerImpl& layer, const torch::Tensor& x, const AttentionContext& ctx);
+
+}  // namespace models
+}  // namespace enginery

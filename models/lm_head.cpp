@@ -1,0 +1,117 @@
+#include "models/lm_head.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "host_api/torch_compat.h"
+
+namespace enginery {
+namespace models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int64_t kChunkLogitBytes = 64ll << 20;
+
+// Log-softmax of one chunk's logits, in fp32.
+torch::Tensor chunk_log_softmax(const torch::Tensor& h, const torch::Tensor& w, c10::ScalarType dtype) {
+  return torch::log_softmax(torch::matmul(h.to(dtype), w.t()).to(torch::kFloat), -1);
+}
+
+class ChunkedLogProbFunction : public torch::autograd::Function<ChunkedLogProbFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, torch::Tensor hidden, torch::Tensor weight, torch::Tensor targets,
+                               bool compute_entropy, int64_t compute_dtype, int64_t chunk_rows) {
+    const auto dtype = static_cast<c10::ScalarType>(compute_dtype);
+    ctx->save_for_backward({hidden, weight, targets});
+    ctx->saved_data["entropy"] = compute_entropy;
+    ctx->saved_data["dtype"] = compute_dtype;
+    ctx->saved_data["chunk"] = chunk_rows;
+    const int64_t n = hidden.size(0);
+    auto opts = hidden.options().dtype(torch::kFloat);
+    auto log_probs = torch::empty({n}, opts);
+    auto entropy = compute_entropy ? torch::empty({n}, opts) : torch::zeros({0}, opts);
+    auto w = weight.to(dtype);
+    for (int64_t s = 0; s < n; s += chunk_rows) {
+      const int64_t len = std::min(chunk_rows, n - s);
+      auto logp = chunk_log_softmax(hidden.narrow(0, s, len), w, dtype);
+      log_probs.narrow(0, s, len).copy_(logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
+      if (compute_entropy) entropy.narrow(0, s, len).copy_(-(logp.exp() * logp).sum(-1));
+    }
+    if (!compute_entropy) ctx->mark_non_differentiable({entropy});
+    return {log_probs, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& hidden = saved[0];
+    const auto& weight = saved[1];
+    const auto& targets = saved[2];
+    const bool with_entropy = ctx->saved_data["entropy"].toBool();
+    const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const int64_t chunk_rows = ctx->saved_data["chunk"].toInt();
+    // Casts below are explicit; keep autocast from re-casting them differently on this thread.
+    compat::AutocastScope no_autocast(hidden.device().type(), c10::kFloat);
+    torch::NoGradGuard no_grad;
+    const auto& g_lp = grads[0];
+    const bool use_ent = with_entropy && grads[1].defined();
+    const int64_t n = hidden.size(0);
+    auto w = weight.to(dtype);
+    auto grad_hidden = torch::empty_like(hidden);
+    auto grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat));
+    for (int64_t s = 0; s < n; s += chunk_rows) {
+      const int64_t len = std::min(chunk_rows, n - s);
+      auto h = hidden.narrow(0, s, len).to(dtype);
+      auto logp = chunk_log_softmax(h, w, dtype);
+      auto p = logp.exp();
+      // d log p_y / dz = onehot(y) - p
+      torch::Tensor gz;
+      if (g_lp.defined()) {
+        auto g = g_lp.narrow(0, s, len).to(torch::kFloat).unsqueeze(1);
+        gz = -p * g;
+        gz.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), g);
+      } else {
+        gz = torch::zeros_like(p);
+      }
+      if (use_ent) {
+        // H = -sum p log p;  dH/dz_j = -p_j (log p_j + H)
+        auto ent = -(p * logp).sum(-1, /*keepdim=*/true);
+        gz -= p * (logp + ent) * grads[1].narrow(0, s, len).to(torch::kFloat).unsqueeze(1);
+      }
+      auto gzc = gz.to(dtype);
+      grad_hidden.narrow(0, s, len).copy_(torch::matmul(gzc, w));
+      grad_weight.add_(torch::matmul(gzc.t(), h).to(torch::kFloat));
+    }
+    return {grad_hidden, grad_weight.to(weight.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+int64_t default_chunk_rows(int64_t vocab_size) {
+  return std::max<int64_t>(1, kChunkLogitBytes / (4 * std::max<int64_t>(1, vocab_size)));
+}
+
+TokenLogProbs chunked_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                                bool compute_entropy, c10::ScalarType compute_dtype, int64_t chunk_rows) {
+  if (chunk_rows <= 0) chunk_rows = default_chunk_rows(weight.size(0));
+  auto out = ChunkedLogProbFunction::apply(hidden, weight, targets, compute_entropy,
+                                           static_cast<int64_t>(compute_dtype), chunk_rows);
+  TokenLogProbs r;
+  r.log_probs = out[0];
+  if (compute_entropy) r.entropy = out[1];
+  return r;
+}
+
+TokenLogProbs full_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                             bool compute_entropy, c10::ScalarType compute_dtype) {
+  auto logp = chunk_log_softmax(hidden, weight.to(compute_dtype), compute_dtype);
+  TokenLogProbs r;
+  r.log_probs = logp.gather(1, targets.unsqueeze(1)).squeeze(1);
+  if (compute_entropy) r.entropy = -(logp.exp() * logp).sum(-1);
+  return r;
+}
+
+}  // namespace models
+}  // namespace enginery
