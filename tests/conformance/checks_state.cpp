@@ -1,0 +1,144 @@
+// State checks: save -> load restores parameters, optimizer, scheduler and scaler state exactly (the next step is
+// bit-identical, in the same engine and in a fresh one), and get_per_tensor_param yields Hugging Face names,
+// shapes and the values of the checkpoint the engine loaded.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <map>
+#include <set>
+
+#include "tests/conformance/data.h"
+#include "tests/conformance/engine_setup.h"
+#include "tests/conformance/hf_fixture.h"
+#include "tests/conformance/target.h"
+
+namespace enginery {
+namespace conformance {
+namespace {
+
+struct StepResult {
+  ParamList params;
+  double loss = 0, grad_norm = 0, lr = 0;
+  double scale = 0;
+  int64_t growth_tracker = -1;
+};
+
+StepResult scaler_state(BaseEngine& engine, StepResult result = {}) {
+  if (GradScaler* scaler = engine.grad_scaler()) {
+    result.scale = scaler->current_scale();
+    result.growth_tracker = scaler->growth_tracker();
+  }
+  return result;
+}
+
+StepResult step(BaseEngine& engine, const Batch& batch, const LossFn& loss) {
+  BatchOutput out = engine.train_batch(batch, loss);
+  StepResult result;
+  result.loss = out.loss.item<double>();
+  result.grad_norm = out.grad_norm.item<double>();
+  result.lr = out.lr;
+  result.params = read_params(engine);
+  return scaler_state(engine, std::move(result));
+}
+
+void expect_same_step(const StepResult& got, const StepResult& want, const std::string& what) {
+  EXPECT_EQ(diff_params(got.params, want.params), "") << what << ": parameters";
+  EXPECT_EQ(got.loss, want.loss) << what << ": loss";
+  EXPECT_EQ(got.grad_norm, want.grad_norm) << what << ": grad norm";
+  EXPECT_EQ(got.lr, want.lr) << what << ": lr (scheduler state)";
+  EXPECT_EQ(got.scale, want.scale) << what << ": grad scaler scale";
+  EXPECT_EQ(got.growth_tracker, want.growth_tracker) << what << ": grad scaler growth tracker";
+}
+
+void check_checkpoint(const Target& target) {
+  EngineSpec spec;
+  spec.lr_scheduler = "cosine";  // warmup then decay: a scheduler that forgot its step shows in the lr
+  spec.lr_warmup_steps = 2;
+  spec.total_training_steps = 10;
+  const bool scaled = target.has("grad-scaler");
+  if (scaled) spec.grad_scaler = "always";  // a scaler in fp32, so its state can be checked on any device
+  auto engine = make_engine(target, spec);
+  if (scaled) ASSERT_NE(engine->grad_scaler(), nullptr) << "grad_scaler.enabled = \"always\" gave no scaler";
+  const Batch batch = make_batch(target);
+  const Batch next_batch = make_batch(target, 4, 16, 777);
+  const LossFn loss = token_mean_loss(target);
+
+  step(*engine, batch, loss);
+  if (scaled) step(*engine, batch, scaled_loss(loss, std::numeric_limits<double>::quiet_NaN()));  // scale backs off
+  step(*engine, batch, loss);
+  const StepResult saved = scaler_state(*engine, StepResult{read_params(*engine)});
+  const std::string path = fresh_scratch_path("checkpoint");
+  engine->save_checkpoint(path, /*global_step=*/3, /*max_ckpt_to_keep=*/1);
+  const StepResult next = step(*engine, next_batch, loss);
+  ASSERT_NE(diff_params(next.params, saved.params), "") << "the step after saving changed nothing";
+
+  engine->load_checkpoint(path);
+  StepResult loaded = scaler_state(*engine, StepResult{read_params(*engine)});
+  EXPECT_EQ(diff_params(loaded.params, saved.params), "") << "load_checkpoint into the same engine: parameters";
+  EXPECT_EQ(loaded.scale, saved.scale) << "same engine: grad scaler scale";
+  EXPECT_EQ(loaded.growth_tracker, saved.growth_tracker) << "same engine: growth tracker";
+  expect_same_step(step(*engine, next_batch, loss), next, "the step after loading into the same engine");
+
+  auto fresh = make_engine(target, spec);
+  fresh->load_checkpoint(path);
+  loaded = scaler_state(*fresh, StepResult{read_params(*fresh)});
+  EXPECT_EQ(diff_params(loaded.params, saved.params), "") << "load_checkpoint into a fresh engine: parameters";
+  EXPECT_EQ(loaded.scale, saved.scale) << "fresh engine: grad scaler scale";
+  EXPECT_EQ(loaded.growth_tracker, saved.growth_tracker) << "fresh engine: growth tracker";
+  expect_same_step(step(*fresh, next_batch, loss), next, "the step after loading into a fresh engine");
+}
+
+void check_hf_names(const Target& target) {
+  const HfFixture fixture = write_qwen2_fixture(fresh_scratch_path("hf-qwen2"));
+  Target from_file = target;
+  from_file.model_path = fixture.dir;
+  auto engine = make_engine(from_file, EngineSpec{});
+  const ParamList got = read_params(*engine);
+
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& [name, tensor] : got) {
+    EXPECT_TRUE(by_name.emplace(name, tensor).second) << "'" << name << "' is yielded twice";
+  }
+  std::set<std::string> expected;
+  for (const auto& [name, tensor] : fixture.tensors) {
+    if (target.value_model() && name == "lm_head.weight") continue;  // a value model has its own head
+    expected.insert(name);
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      ADD_FAILURE() << "get_per_tensor_param does not yield '" << name << "'";
+      continue;
+    }
+    EXPECT_EQ(it->second.sizes(), tensor.sizes()) << name;
+    if (it->second.sizes() == tensor.sizes()) {
+      EXPECT_TRUE(torch::equal(it->second.to(torch::kFloat), tensor))
+          << name << " does not hold the loaded value: max diff " << max_abs_diff(it->second, tensor);
+    }
+  }
+  std::vector<std::string> extra;
+  for (const auto& [name, tensor] : by_name) {
+    if (expected.count(name) == 0) extra.push_back(name);
+  }
+  if (!target.value_model()) {
+    EXPECT_TRUE(extra.empty()) << "names that are not in the Hugging Face checkpoint, first: '" << extra.front()
+                               << "'";
+    return;
+  }
+  // The value head is new: one value per token, so its weight has one output row.
+  ASSERT_FALSE(extra.empty()) << "a value model yields no head parameter";
+  for (const std::string& name : extra) {
+    EXPECT_EQ(by_name[name].size(0), 1) << "value head parameter '" << name << "' has " << by_name[name].sizes();
+  }
+}
+
+}  // namespace
+
+void add_state_checks(std::vector<Check>& checks) {
+  checks.push_back({"checkpoint_roundtrip",
+                    "save -> load restores params, optimizer, scheduler and scaler state; the next step is identical",
+                    requires_precisions({"fp32"}, {"checkpoint-same-world"}), check_checkpoint});
+  checks.push_back({"hf_parameter_names", "get_per_tensor_param yields the HF names, shapes and loaded values",
+                    requires_precisions({"fp32"}), check_hf_names});
+}
+
+}  // namespace conformance
+}  // namespace enginery
