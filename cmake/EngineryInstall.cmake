@@ -1,2 +1,37 @@
-# Exported CMake package so a third party can find_package(enginery) and build a plugin out of tree.
-# (Completed by the foundation work: config file, enginery_add_plugin for installed use.)
+# Install rules and the exported CMake package, so a third party can find_package(enginery) and build a plugin out
+# of tree against the installed headers:
+#
+#   find_package(enginery 0.1 REQUIRED)
+#   enginery_add_plugin(my_plugin SOURCES my_engine.cpp MANIFEST plugin.toml.in)
+#
+# Installed: include/enginery/{host_api,registry,models}/*.h, lib/libenginery_{host_api,registry,models}.so,
+# lib/cmake/enginery/{engineryConfig,engineryConfigVersion,engineryTargets,EngineryPlugin,
+# EngineryRenderManifest}.cmake. Imported targets: enginery::torch (LibTorch as this build used it),
+# enginery::host_api, enginery::registry, enginery::models.
+include(CMakePackageConfigHelpers)
+
+set(ENGINERY_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/enginery)
+
+set_target_properties(enginery_torch PROPERTIES EXPORT_NAME torch)
+set_target_properties(enginery_host_api PROPERTIES EXPORT_NAME host_api)
+set_target_properties(enginery_registry PROPERTIES EXPORT_NAME registry)
+if(TARGET enginery_models)
+  set_target_properties(enginery_models PROPERTIES EXPORT_NAME models)
+endif()
+# enginery_host_api links it publicly, so it travels with the export.
+install(TARGETS enginery_torch EXPORT engineryTargets)
+
+install(EXPORT engineryTargets NAMESPACE enginery:: DESTINATION ${ENGINERY_CMAKE_INSTALL_DIR})
+
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/engineryConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/cmake/engineryConfig.cmake
+  INSTALL_DESTINATION ${ENGINERY_CMAKE_INSTALL_DIR}
+  PATH_VARS CMAKE_INSTALL_LIBDIR CMAKE_INSTALL_INCLUDEDIR ENGINERY_INSTALL_PLUGIN_DIR)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake/engineryConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES
+    ${CMAKE_BINARY_DIR}/cmake/engineryConfig.cmake
+    ${CMAKE_BINARY_DIR}/cmake/engineryConfigVersion.cmake
+    ${CMAKE_CURRENT_LIST_DIR}/EngineryPlugin.cmake
+    ${CMAKE_CURRENT_LIST_DIR}/EngineryRenderManifest.cmake
+  DESTINATION ${ENGINERY_CMAKE_INSTALL_DIR})

@@ -188,11 +188,11 @@ PluginManifest parse_manifest_text(std::string_view text, const std::filesystem:
 
   const toml::node* engines = top.find("engines", true);
   const toml::array* engine_array = engines->as_array();
+  if (engine_array && engine_array->empty()) {
+    throw EngineryError("field 'engines' declares no engine", top.where(*engines), "at least one [[engines]] table");
+  }
   if (!engine_array || !engine_array->is_array_of_tables()) {
     top.wrong_type("engines", *engines, "an array of tables ([[engines]])");
-  }
-  if (engine_array->empty()) {
-    throw EngineryError("field 'engines' declares no engine", top.where(*engines), "at least one [[engines]] table");
   }
   std::set<EngineKey> seen;
   for (size_t i = 0; i < engine_array->size(); ++i) {

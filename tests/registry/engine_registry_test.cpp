@@ -1,0 +1,115 @@
+#include <gtest/gtest.h>
+
+#include "host_api/error.h"
+#include "registry/engine_registry.h"
+#include "tests/registry/fake_engine.h"
+
+namespace enginery::test {
+namespace {
+
+EngineRegistration fake(EngineKey key, const std::string& plugin, int id, std::shared_ptr<const void> keep = {},
+                        std::atomic<int>* live = nullptr) {
+  return {std::move(key),
+          [id, live](const EngineArgs& args) { return std::make_shared<FakeEngine>(args, id, live); },
+          {plugin, "/plugins/" + plugin + "/plugin.toml"},
+          {"cap"},
+          std::move(keep)};
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const EngineryError& e) {
+    return e.what();
+  }
+  return "(no EngineryError)";
+}
+
+TEST(EngineRegistry, RegisterHasCreateList) {
+  EngineRegistry registry;
+  registry.register_engine(fake({"value_model", "fsdp", "cpu"}, "p1", 1));
+  registry.register_engine(fake({"language_model", "fsdp", "cpu"}, "p1", 2));
+  EXPECT_TRUE(registry.has({"language_model", "fsdp", "cpu"}));
+  EXPECT_FALSE(registry.has({"language_model", "fsdp", "cuda"}));
+  auto list = registry.list();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].key.str(), "(language_model, fsdp, cpu)");  // sorted by key
+  EXPECT_EQ(list[1].origin.str(), "plugin 'p1' (/plugins/p1/plugin.toml)");
+
+  EngineArgs args;
+  args.model_type = "language_model";  // the key wins over what the caller left in args
+  args.device = "cuda";
+  args.rank = 5;
+  auto engine = registry.create("value_model", "fsdp", "cpu", args);
+  auto* fake_engine = dynamic_cast<FakeEngine*>(engine.get());
+  ASSERT_NE(fake_engine, nullptr);
+  EXPECT_EQ(fake_engine->plugin_id(), 1);
+  EXPECT_EQ(fake_engine->args().model_type, "value_model");
+  EXPECT_EQ(fake_engine->args().device, "cpu");
+  EXPECT_EQ(fake_engine->args().rank, 5);
+}
+
+TEST(EngineRegistry, DuplicateKeyNamesBothManifestsAndChangesNothing) {
+  EngineRegistry registry;
+  registry.register_engine(fake({"language_model", "fsdp", "cpu"}, "first", 1));
+  std::vector<EngineRegistration> batch;
+  batch.push_back(fake({"value_model", "fsdp", "cpu"}, "second", 2));
+  batch.push_back(fake({"language_model", "fsdp", "cpu"}, "second", 2));
+  std::string message = message_of([&] { registry.register_all(std::move(batch)); });
+  EXPECT_NE(message.find("/plugins/first/plugin.toml"), std::string::npos) << message;
+  EXPECT_NE(message.find("/plugins/second/plugin.toml"), std::string::npos) << message;
+  EXPECT_NE(message.find("(language_model, fsdp, cpu)"), std::string::npos) << message;
+  ASSERT_EQ(registry.list().size(), 1u);  // all or nothing: value_model was not registered either
+  EXPECT_EQ(registry.list()[0].origin.plugin, "first");
+}
+
+TEST(EngineRegistry, UnknownPartsListWhatIsRegisteredAndWhere) {
+  EngineRegistry registry;
+  registry.register_engine(fake({"language_model", "fsdp", "cpu"}, "pf", 1));
+  registry.register_engine(fake({"language_model", "veomni", "cuda"}, "pv", 2));
+  registry.register_engine(fake({"value_model", "fsdp", "cpu"}, "pf2", 3));
+
+  std::string backend = message_of([&] { registry.create({"language_model", "megatron", "cpu"}, {}); });
+  EXPECT_NE(backend.find("unknown backend 'megatron' for model_type language_model"), std::string::npos) << backend;
+  EXPECT_NE(backend.find("(language_model, fsdp, cpu) from plugin 'pf' (/plugins/pf/plugin.toml)"), std::string::npos);
+  EXPECT_NE(backend.find("(language_model, veomni, cuda) from plugin 'pv'"), std::string::npos);
+  EXPECT_EQ(backend.find("value_model, fsdp"), std::string::npos) << "lists only the asked model_type: " << backend;
+
+  std::string model = message_of([&] { registry.create({"reward_model", "fsdp", "cpu"}, {}); });
+  EXPECT_NE(model.find("unknown model_type 'reward_model'"), std::string::npos) << model;
+  EXPECT_NE(model.find("(value_model, fsdp, cpu) from plugin 'pf2'"), std::string::npos) << model;
+
+  std::string device = message_of([&] { registry.create({"language_model", "veomni", "cpu"}, {}); });
+  EXPECT_NE(device.find("unknown device 'cpu' for language_model / veomni"), std::string::npos) << device;
+  EXPECT_NE(device.find("(allowed: (language_model, veomni, cuda) from plugin 'pv'"), std::string::npos) << device;
+
+  EngineRegistry empty;
+  EXPECT_NE(message_of([&] { empty.create({"language_model", "fsdp", "cpu"}, {}); }).find("no engine is registered"),
+            std::string::npos);
+}
+
+TEST(EngineRegistry, EngineHoldsItsLibraryUntilItIsDestroyed) {
+  std::atomic<int> live{0};
+  bool engine_alive_when_library_released = true;
+  std::weak_ptr<const void> library_watch;
+  std::shared_ptr<BaseEngine> engine;
+  {
+    auto library = std::shared_ptr<const void>(new int(0), [&](const void* p) {
+      engine_alive_when_library_released = live.load() > 0;
+      delete static_cast<const int*>(p);
+    });
+    library_watch = library;
+    EngineRegistry registry;
+    registry.register_engine(fake({"language_model", "fsdp", "cpu"}, "p", 1, library, &live));
+    engine = registry.create({"language_model", "fsdp", "cpu"}, {});
+  }
+  EXPECT_EQ(live.load(), 1);
+  EXPECT_FALSE(library_watch.expired()) << "registry and its handle are gone; only the engine holds the library";
+  engine.reset();
+  EXPECT_EQ(live.load(), 0);
+  EXPECT_TRUE(library_watch.expired());
+  EXPECT_FALSE(engine_alive_when_library_released) << "the library was released before the engine died";
+}
+
+}  // namespace
+}  // namespace enginery::test

@@ -1,0 +1,370 @@
+// PluginLoader against real test plugins (tests/registry/CMakeLists.txt). Every bad plugin case checks the same
+// three things: it is rejected with a reason naming the problem, the registry is exactly what it was plus the good
+// plugin beside it, and that good plugin still loaded.
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <functional>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "registry/plugin_library.h"
+#include "registry/plugin_loader.h"
+#include "tests/registry/fake_engine.h"
+#include "tests/registry/plugin_test_util.h"
+
+namespace enginery::test {
+namespace {
+
+std::vector<std::string> snapshot(const EngineRegistry& registry) {
+  std::vector<std::string> out;
+  for (const auto& info : registry.list()) {
+    out.push_back(info.key.str() + " | " + info.origin.plugin + " | " + info.origin.manifest);
+  }
+  return out;
+}
+
+// Something registered before any plugin, so "as before" is not trivially "empty".
+void register_builtin(EngineRegistry& registry) {
+  registry.register_engine({{"language_model", "builtin", "cpu"},
+                            [](const EngineArgs& args) { return std::make_shared<FakeEngine>(args, 0); },
+                            {"test-builtin", ""},
+                            {},
+                            {}});
+}
+
+// The sha256 CMake wrote into the rendered manifest of a built test plugin: a digest computed by another tool.
+std::string cmake_sha256_of(const std::string& target) {
+  std::ifstream in(fs::path(ENGINERY_TEST_PLUGIN_DIR) / target / "plugin.toml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::smatch match;
+  if (!std::regex_search(text, match, std::regex("sha256 = \"([0-9a-f]{64})\""))) return "";
+  return match[1];
+}
+
+std::string good_alpha_manifest() {
+  ManifestSpec spec = spec_for("tp_alpha", "alpha");
+  spec.extra = "sha256 = \"" + cmake_sha256_of("tp_alpha") + "\"\n";
+  return manifest_text(spec);
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  auto at = text.find(from);
+  if (at == std::string::npos) throw std::runtime_error("test bug: '" + from + "' not in text");
+  return text.replace(at, from.size(), to);
+}
+
+struct BadCase {
+  std::string label;
+  std::string dir_name;  // sorted before the good plugin ("a_...") unless it must come after it ("z_...")
+  std::function<void(const fs::path& plugin_dir_parent, const fs::path& good_dir)> make;
+  std::vector<std::string> reason_contains;
+  bool opens_library;  // whether the loader should get as far as dlopen for the bad plugin
+};
+
+void make_beta(const fs::path& parent, const std::string& dir, const std::string& manifest) {
+  make_plugin(parent, dir, "tp_beta", manifest);
+}
+std::string beta_manifest() { return manifest_text(spec_for("tp_beta", "beta")); }
+
+std::vector<BadCase> bad_cases() {
+  const std::string a = "a_bad";
+  std::vector<BadCase> cases = {
+      {"malformed_toml", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, replace(beta_manifest(), "name = \"tp_beta\"", "name = \"tp_beta"));
+       },
+       {"a_bad/plugin.toml:2:", "malformed TOML"}, false},
+      {"missing_field", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, replace(beta_manifest(), "library = \"libtp_beta.so\"\n", ""));
+       },
+       {"a_bad/plugin.toml:1:1: missing required field 'library'"}, false},
+      {"wrong_type", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, replace(beta_manifest(), "version = \"0.0.1\"", "version = 3"));
+       },
+       {"a_bad/plugin.toml:3:11: field 'version' must be a string, got integer"}, false},
+      {"unknown_key", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.extra = "colour = \"red\"\n";
+         make_beta(p, a, manifest_text(spec));
+       },
+       {"a_bad/plugin.toml:6:1: unknown key 'colour'", "allowed: manifest_version, name"}, false},
+      {"library_missing", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.library = "libnothere.so";
+         make_plugin(p, a, "", manifest_text(spec));
+       },
+       {"library 'libnothere.so' does not exist"}, false},
+      {"not_a_shared_library", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.library = "libtext.so";
+         fs::path dir = make_plugin(p, a, "", manifest_text(spec));
+         write_file(dir / "libtext.so", "this is not an ELF file\n", fs::perms(0755));
+       },
+       {"cannot load", "libtext.so"}, false},
+      {"entry_point_missing", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_no_entry", manifest_text(spec_for("tp_no_entry", "none")));
+       },
+       {"has no entry point 'enginery_plugin_info'"}, true},
+      {"api_major_in_library", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_api_major", manifest_text(spec_for("tp_api_major", "major")));
+       },
+       {"wrong API version on the library: got " + std::to_string(kApiVersionMajor + 1), "major versions differ"},
+       true},
+      {"api_major_in_manifest", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.api_version = std::to_string(kApiVersionMajor + 1) + ".0";
+         make_beta(p, a, manifest_text(spec));
+       },
+       {"a_bad/plugin.toml:4:15: wrong API version on plugin 'tp_beta'", "major versions differ"}, false},
+      {"api_newer_minor", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_api_minor", manifest_text(spec_for("tp_api_minor", "minor")));
+       },
+       {"newer than the host's"}, true},
+      {"torch_version_mismatch", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_torch_version", manifest_text(spec_for("tp_torch_version", "tv")));
+       },
+       {"LibTorch version mismatch: the plugin was built with 0.0.0, the host with " + host_torch_version()}, true},
+      {"cxx11_abi_mismatch", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_cxx11_abi", manifest_text(spec_for("tp_cxx11_abi", "abi")));
+       },
+       {"C++ ABI mismatch: the plugin was built with _GLIBCXX_USE_CXX11_ABI=" +
+        std::to_string(1 - host_cxx11_abi())},
+       true},
+      {"sha256_mismatch", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.extra = "sha256 = \"" + std::string(64, '0') + "\"\n";
+         make_beta(p, a, manifest_text(spec));
+       },
+       {"sha256 mismatch", "the manifest says " + std::string(64, '0')}, false},
+      {"declared_but_not_registered", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.engines.push_back({"language_model", "beta", "cuda"});
+         make_beta(p, a, manifest_text(spec));
+       },
+       {"declared but not registered: (language_model, beta, cuda)"}, true},
+      {"registered_but_not_declared", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.engines.pop_back();
+         make_beta(p, a, manifest_text(spec));
+       },
+       {"registered but not declared: (value_model, beta, cpu)"}, true},
+      {"duplicate_backend_across_plugins", "z_dup",
+       [](const fs::path& p, const fs::path&) {
+         make_plugin(p, "z_dup", "tp_dup", manifest_text(spec_for("tp_dup", "alpha")));
+       },
+       {"engine (language_model, alpha, cpu) declared by plugin 'tp_dup' (", "z_dup/plugin.toml",
+        "is already registered by plugin 'tp_alpha' (", "m_alpha/plugin.toml"},
+       false},
+      {"library_escapes_with_dotdot", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_alpha", "alpha");
+         spec.name = "escaper";
+         spec.library = "../m_alpha/libtp_alpha.so";
+         make_plugin(p, a, "", manifest_text(spec));
+       },
+       {"a_bad/plugin.toml:5:11: field 'library' is '../m_alpha/libtp_alpha.so', which is outside"}, false},
+      {"library_escapes_by_absolute_path", a,
+       [a](const fs::path& p, const fs::path& good) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.library = (good / "libtp_alpha.so").string();
+         make_plugin(p, a, "", manifest_text(spec));
+       },
+       {"which is outside the manifest's directory"}, false},
+      {"library_escapes_by_symlink", a,
+       [a](const fs::path& p, const fs::path& good) {
+         fs::path dir = make_plugin(p, a, "", beta_manifest());
+         fs::create_symlink(good / "libtp_alpha.so", dir / "libtp_beta.so");
+       },
+       {"outside the plugin directory"}, false},
+      {"world_writable_library", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, beta_manifest());
+         fs::permissions(p / a / "libtp_beta.so", fs::perms(0757));
+       },
+       {"plugin library is writable by anyone (mode 0757)"}, false},
+      {"world_writable_directory", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, beta_manifest());
+         fs::permissions(p / a, fs::perms(0777));
+       },
+       {"plugin directory is writable by anyone (mode 0777)"}, false},
+      {"group_writable_manifest", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, beta_manifest());
+         fs::permissions(p / a / "plugin.toml", fs::perms(0664));
+       },
+       {"plugin manifest is writable by its group (mode 0664)"}, false},
+      {"register_engines_throws", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_throws", manifest_text(spec_for("tp_throws", "throws")));
+       },
+       {"register_engines threw: test plugin refuses to register"}, true},
+      {"name_differs_from_library", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.name = "gamma";
+         make_beta(p, a, manifest_text(spec));
+       },
+       {"the library calls itself 'tp_beta' but its manifest is named 'gamma'"}, true},
+      {"duplicate_plugin_name", "z_same",
+       [](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.name = "tp_alpha";
+         make_plugin(p, "z_same", "tp_beta", manifest_text(spec));
+       },
+       {"plugin name 'tp_alpha' is already used by", "m_alpha/plugin.toml"}, false},
+  };
+  return cases;
+}
+
+class BadPlugin : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadPlugin, IsRejectedAndLeavesRegistryAsBefore) {
+  const BadCase& c = GetParam();
+  TempDir tmp;
+  fs::path search = make_dir(tmp.path() / "plugins");
+  fs::path good = make_plugin(search, "m_alpha", "tp_alpha", good_alpha_manifest());
+  c.make(search, good);
+
+  EngineRegistry registry;
+  register_builtin(registry);
+  std::vector<std::string> expected = snapshot(registry);
+  std::string alpha_manifest = (good / "plugin.toml").string();
+  expected.push_back("(language_model, alpha, cpu) | tp_alpha | " + alpha_manifest);
+  expected.push_back("(value_model, alpha, cpu) | tp_alpha | " + alpha_manifest);
+  std::sort(expected.begin(), expected.end());
+
+  size_t opened_before = opened_plugin_library_count();
+  PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+
+  ASSERT_EQ(report.rejected.size(), 1u) << (report.rejected.size() > 1 ? report.rejected[1].reason : "");
+  EXPECT_EQ(report.rejected[0].path, search / c.dir_name / "plugin.toml");
+  for (const auto& part : c.reason_contains) {
+    EXPECT_NE(report.rejected[0].reason.find(part), std::string::npos)
+        << "reason: " << report.rejected[0].reason << "\nexpected to contain: " << part;
+  }
+  ASSERT_EQ(report.loaded.size(), 1u);
+  EXPECT_EQ(report.loaded[0].manifest.name, "tp_alpha");
+  std::vector<std::string> actual = snapshot(registry);
+  std::sort(actual.begin(), actual.end());
+  EXPECT_EQ(actual, expected);
+  EXPECT_EQ(opened_plugin_library_count() - opened_before, c.opens_library ? 2u : 1u);
+
+  auto engine = registry.create("value_model", "alpha", "cpu", EngineArgs{});
+  EXPECT_EQ(engine->lr_scheduler_step(), 1.0);  // tp_alpha's id: the good plugin's factory built it
+}
+
+INSTANTIATE_TEST_SUITE_P(Loader, BadPlugin, ::testing::ValuesIn(bad_cases()),
+                         [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.label; });
+
+TEST(PluginLoader, LoadsTheManifestCMakeRendered) {
+  fs::path dir = fs::path(ENGINERY_TEST_PLUGIN_DIR) / "tp_alpha";
+  EngineRegistry registry;
+  PluginLoadReport report = PluginLoader({{dir, "--plugin-dir", true}}).load(registry);
+  ASSERT_TRUE(report.ok()) << report.rejected[0].reason;
+  ASSERT_EQ(report.loaded.size(), 1u);
+  ASSERT_TRUE(report.loaded[0].manifest.sha256.has_value());
+  auto engines = registry.list();
+  ASSERT_EQ(engines.size(), 2u);
+  EXPECT_EQ(engines[0].key, (EngineKey{"language_model", "alpha", "cpu"}));
+  EXPECT_EQ(engines[0].capabilities, std::vector<std::string>{"test"});
+}
+
+TEST(PluginLoader, EmptyDirectoryLoadsNothingAndRejectsNothing) {
+  TempDir tmp;
+  fs::path empty = make_dir(tmp.path() / "empty");
+  EngineRegistry registry;
+  register_builtin(registry);
+  auto before = snapshot(registry);
+  PluginLoadReport report = PluginLoader({{empty, "--plugin-dir", true}}).load(registry);
+  EXPECT_TRUE(report.ok());
+  EXPECT_TRUE(report.loaded.empty());
+  EXPECT_EQ(snapshot(registry), before);
+}
+
+TEST(PluginLoader, NonexistentDirectoryIsReportedAndOthersStillLoad) {
+  TempDir tmp;
+  fs::path search = make_dir(tmp.path() / "plugins");
+  make_plugin(search, "alpha", "tp_alpha", good_alpha_manifest());
+  EngineRegistry registry;
+  PluginLoadReport report =
+      PluginLoader({{tmp.path() / "missing", "--plugin-dir", true}, {search, "ENGINERY_PLUGIN_PATH", true}})
+          .load(registry);
+  ASSERT_EQ(report.rejected.size(), 1u);
+  EXPECT_EQ(report.rejected[0].path, tmp.path() / "missing");
+  EXPECT_EQ(report.rejected[0].reason, "plugin directory does not exist (from --plugin-dir)");
+  ASSERT_EQ(report.loaded.size(), 1u);
+  EXPECT_TRUE(registry.has({"language_model", "alpha", "cpu"}));
+}
+
+TEST(PluginLoader, MissingInstallDefaultIsQuiet) {
+  TempDir tmp;
+  EngineRegistry registry;
+  auto path = PluginLoader::search_path({}, "--plugin-dir", nullptr, tmp.path() / "not-installed");
+  PluginLoadReport report = PluginLoader(path).load(registry);
+  EXPECT_TRUE(report.ok());
+  EXPECT_TRUE(report.loaded.empty());
+}
+
+TEST(PluginLoader, PluginDirectoryGivenDirectlyAndTwiceLoadsOnce) {
+  TempDir tmp;
+  fs::path search = make_dir(tmp.path() / "plugins");
+  fs::path alpha = make_plugin(search, "alpha", "tp_alpha", good_alpha_manifest());
+  EngineRegistry registry;
+  PluginLoadReport report =
+      PluginLoader({{alpha, "--plugin-dir", true}, {search, "ENGINERY_PLUGIN_PATH", true}}).load(registry);
+  EXPECT_TRUE(report.ok()) << report.rejected[0].reason;
+  EXPECT_EQ(report.loaded.size(), 1u);
+  EXPECT_EQ(registry.list().size(), 2u);
+}
+
+TEST(PluginLoader, SearchPathOrderAndColonSeparatedEnvironment) {
+  auto path = PluginLoader::search_path({"/cfg/a", "/cfg/b"}, "config", "/env/x::/env/y:", "/usr/lib/enginery/plugins");
+  ASSERT_EQ(path.size(), 5u);
+  std::vector<std::string> dirs;
+  for (const auto& dir : path) dirs.push_back(dir.path.string() + " " + dir.source + (dir.must_exist ? " !" : ""));
+  EXPECT_EQ(dirs, (std::vector<std::string>{"/cfg/a config !", "/cfg/b config !", "/env/x ENGINERY_PLUGIN_PATH !",
+                                            "/env/y ENGINERY_PLUGIN_PATH !", "/usr/lib/enginery/plugins install default"}));
+  EXPECT_EQ(PluginLoader::search_path({}, "config", "", "").size(), 0u);
+}
+
+TEST(PluginLoader, EnginesKeepWorkingAndLibrariesStayLoadedAfterTheRegistryDies) {
+  TempDir tmp;
+  fs::path search = make_dir(tmp.path() / "plugins");
+  fs::path alpha = make_plugin(search, "alpha", "tp_alpha", good_alpha_manifest());
+  std::shared_ptr<BaseEngine> engine;
+  {
+    EngineRegistry registry;
+    ASSERT_TRUE(PluginLoader({{search, "--plugin-dir", true}}).load(registry).ok());
+    EngineArgs args;
+    args.rank = 3;
+    args.world_size = 4;
+    engine = registry.create("language_model", "alpha", "cpu", args);
+  }
+  EXPECT_EQ(engine->get_data_parallel_rank(), 3);
+  EXPECT_EQ(engine->get_data_parallel_size(), 4);
+  engine.reset();
+  void* handle = dlopen((alpha / "libtp_alpha.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_NE(handle, nullptr) << "the plugin library was unloaded";
+  if (handle) dlclose(handle);
+}
+
+}  // namespace
+}  // namespace enginery::test

@@ -1,0 +1,52 @@
+// One source, several test plugins: compile definitions choose the backend it registers and, for the mismatch
+// plugins, which field of PluginInfo lies (TEST_API_MAJOR, TEST_API_MINOR, TEST_TORCH_VERSION, TEST_CXX11_ABI).
+#include "host_api/plugin_api.h"
+#include "tests/registry/fake_engine.h"
+
+#ifndef TEST_PLUGIN_NAME
+#error "TEST_PLUGIN_NAME must be defined"
+#endif
+
+namespace {
+
+void register_engines(enginery::Registrar& registrar) {
+#ifdef TEST_THROWS
+  throw std::runtime_error("test plugin refuses to register");
+#endif
+#ifdef TEST_BACKEND
+  for (const char* model_type : {"language_model", "value_model"}) {
+    registrar.register_engine({model_type, TEST_BACKEND, "cpu"}, [](const enginery::EngineArgs& args) {
+      return std::make_shared<enginery::test::FakeEngine>(args, TEST_PLUGIN_ID);
+    });
+  }
+#else
+  (void)registrar;
+#endif
+}
+
+}  // namespace
+
+#if defined(TEST_NO_ENTRY)
+// A library that is a valid shared object but not a plugin.
+extern "C" __attribute__((visibility("default"))) int enginery_not_a_plugin() { return 1; }
+#elif defined(TEST_API_MAJOR) || defined(TEST_API_MINOR) || defined(TEST_TORCH_VERSION) || defined(TEST_CXX11_ABI)
+#ifndef TEST_API_MAJOR
+#define TEST_API_MAJOR enginery::kApiVersionMajor
+#endif
+#ifndef TEST_API_MINOR
+#define TEST_API_MINOR enginery::kApiVersionMinor
+#endif
+#ifndef TEST_TORCH_VERSION
+#define TEST_TORCH_VERSION ENGINERY_TORCH_VERSION_STRING
+#endif
+#ifndef TEST_CXX11_ABI
+#define TEST_CXX11_ABI _GLIBCXX_USE_CXX11_ABI
+#endif
+extern "C" __attribute__((visibility("default"))) const enginery::PluginInfo* enginery_plugin_info() {
+  static const enginery::PluginInfo info{TEST_API_MAJOR,     TEST_API_MINOR, TEST_PLUGIN_NAME,
+                                         TEST_TORCH_VERSION, TEST_CXX11_ABI, &register_engines};
+  return &info;
+}
+#else
+ENGINERY_DEFINE_PLUGIN(TEST_PLUGIN_NAME, register_engines)
+#endif

@@ -1,0 +1,65 @@
+// `enginery plugins [--plugin-dir D ...]`: every plugin found on the search path with its engines, and every
+// rejected plugin with its reason. Exit status 1 when any plugin was rejected.
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "registry/plugin_loader.h"
+#include "trainer/command.h"
+
+#ifndef ENGINERY_DEFAULT_PLUGIN_DIR
+#error "ENGINERY_DEFAULT_PLUGIN_DIR is set by trainer/CMakeLists.txt"
+#endif
+
+namespace enginery {
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+int run_plugins(const std::vector<std::string>& plugin_dirs) {
+  std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
+  PluginLoader loader(
+      PluginLoader::search_path(dirs, "--plugin-dir", std::getenv(kPluginPathEnv), ENGINERY_DEFAULT_PLUGIN_DIR));
+  EngineRegistry registry;
+  PluginLoadReport report = loader.load(registry);
+
+  std::cout << "search path:\n";
+  for (const auto& dir : report.searched) {
+    std::error_code ec;
+    std::cout << "  " << dir.path.string() << "  (" << dir.source
+              << (std::filesystem::exists(dir.path, ec) ? "" : ", missing") << ")\n";
+  }
+  std::cout << "plugins loaded: " << report.loaded.size() << "\n";
+  for (const auto& plugin : report.loaded) {
+    std::cout << "  " << plugin.manifest.name << " " << plugin.manifest.version << "  ("
+              << plugin.manifest.file.string() << ")\n";
+    for (const auto& engine : plugin.manifest.engines) {
+      std::cout << "    " << engine.key.model_type << " / " << engine.key.backend << " / " << engine.key.device;
+      if (!engine.capabilities.empty()) std::cout << "  [" << joined(engine.capabilities) << "]";
+      std::cout << "\n";
+    }
+  }
+  std::cout << "plugins rejected: " << report.rejected.size() << "\n";
+  for (const auto& rejected : report.rejected) {
+    std::cout << "  " << (rejected.name.empty() ? "" : rejected.name + "  ") << "(" << rejected.path.string()
+              << ")\n    " << rejected.reason << "\n";
+  }
+  return report.ok() ? 0 : 1;
+}
+
+const CommandRegistration kPluginsCommand(
+    "plugins", "List the plugins on the search path with their engines, and every rejected plugin with its reason",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto dirs = std::make_shared<std::vector<std::string>>();
+      sub.add_option("--plugin-dir", *dirs,
+                     "A plugin directory, or a directory of plugin directories; searched before " +
+                         std::string(kPluginPathEnv) + " and " + ENGINERY_DEFAULT_PLUGIN_DIR + " (repeatable)");
+      return [dirs] { return run_plugins(*dirs); };
+    });
+
+}  // namespace
+}  // namespace enginery
