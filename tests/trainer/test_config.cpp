@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "host_api/error.h"
+#include "trainer/train_config.h"
+
+namespace enginery {
+namespace {
+
+std::string write_config(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / ("enginery_config_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_train_config(path, overrides);
+  } catch (const EngineryError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainConfig, ReadsVerlKeysAndKeepsDefaults) {
+  const auto path = write_config("ok.toml", R"(
+[trainer]
+total_training_steps = 10
+save_freq = 5
+experiment_name = "x"
+
+[engine]
+strategy = "fsdp2"
+micro_batch_size_per_gpu = 4
+
+[engine.mixed_precision]
+param_dtype = "bfloat16"
+reduce_dtype = 32
+
+[engine.fsdp2]
+bucket_mb = 25
+fast = true
+
+[optim]
+lr = 1
+betas = [0.8, 0.95]
+
+[data]
+train_batch_size = 16
+)");
+  TrainConfig c = load_train_config(path);
+  EXPECT_EQ(c.trainer.total_training_steps, 10);
+  EXPECT_EQ(c.trainer.save_freq, 5);
+  EXPECT_EQ(c.trainer.test_freq, -1);  // verl default
+  EXPECT_EQ(c.output_dir(), "runs/x");
+  EXPECT_EQ(c.engine.strategy, "fsdp2");
+  EXPECT_EQ(c.engine.micro_batch_size_per_gpu, 4);
+  ASSERT_TRUE(c.engine.mixed_precision.has_value());
+  EXPECT_EQ(c.engine.mixed_precision->param_dtype, "bfloat16");
+  EXPECT_EQ(c.engine.mixed_precision->reduce_dtype, "32");
+  EXPECT_EQ(c.engine.mixed_precision->buffer_dtype, "fp32");
+  EXPECT_EQ(c.engine.backend_options.at("bucket_mb"), "25");
+  EXPECT_EQ(c.engine.backend_options.at("fast"), "true");
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1.0);  // an integer is accepted where a float is expected
+  EXPECT_DOUBLE_EQ(c.optim.betas[1], 0.95);
+  EXPECT_DOUBLE_EQ(c.optim.clip_grad, 1.0);
+  EXPECT_EQ(c.data.train_batch_size, 16);
+  EXPECT_EQ(c.where("engine.strategy"), path + ":8:12");
+}
+
+TEST(TrainConfig, UnknownKeyNamesFileLineColumnAndAllowedKeys) {
+  const auto path = write_config("unknown.toml", "[trainer]\ntotal_training_steps = 3\ntotal_trainig_steps = 4\n");
+  const std::string e = error_of(path);
+  EXPECT_NE(e.find(path + ":3:1"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'trainer.total_trainig_steps'"), std::string::npos) << e;
+  EXPECT_NE(e.find("allowed:"), std::string::npos) << e;
+  EXPECT_NE(e.find("total_training_steps"), std::string::npos) << e;
+
+  const auto section = write_config("section.toml", "[trainr]\nx = 1\n");
+  const std::string s = error_of(section);
+  EXPECT_NE(s.find("unknown table [trainr]"), std::string::npos) << s;
+  EXPECT_NE(s.find("[trainer]"), std::string::npos) << s;
+}
+
+TEST(TrainConfig, WrongTypeNamesPositionAndExpectedType) {
+  const auto path = write_config("type.toml", "[data]\ntrain_batch_size = \"many\"\n");
+  const std::string e = error_of(path);
+  EXPECT_NE(e.find(path + ":2:20"), std::string::npos) << e;
+  EXPECT_NE(e.find("data.train_batch_size: expected an integer, got a string"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, BadPrecisionIsRejectedWithVerlMessage) {
+  const auto path = write_config("dtype.toml", "[engine.mixed_precision]\nparam_dtype = \"FP16\"\n");
+  const std::string e = error_of(path);
+  EXPECT_NE(e.find(path + ":2:15"), std::string::npos) << e;
+  EXPECT_NE(e.find("unexpected precision: FP16"), std::string::npos) << e;
+  EXPECT_NE(e.find("bf16"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, DottedOverridesApplyAndNameTheFlagInErrors) {
+  const auto path = write_config("base.toml", "[trainer]\ntotal_training_steps = 3\n");
+  TrainConfig c = load_train_config(path, {"trainer.total_training_steps=50", "engine.mixed_precision.param_dtype=fp32",
+                                           "data.train_files=some/file.jsonl", "optim.lr=2e-4",
+                                           "trainer.experiment_name=\"quoted\""});
+  EXPECT_EQ(c.trainer.total_training_steps, 50);
+  EXPECT_EQ(c.engine.mixed_precision->param_dtype, "fp32");
+  EXPECT_EQ(c.data.train_files, "some/file.jsonl");
+  EXPECT_DOUBLE_EQ(c.optim.lr, 2e-4);
+  EXPECT_EQ(c.trainer.experiment_name, "quoted");
+
+  const std::string wrong = error_of(path, {"trainer.save_freq=often"});
+  EXPECT_NE(wrong.find("--set trainer.save_freq=often"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("expected an integer"), std::string::npos) << wrong;
+  const std::string unknown = error_of(path, {"engine.bogus=1"});
+  EXPECT_NE(unknown.find("--set engine.bogus=1: unknown key 'engine.bogus'"), std::string::npos) << unknown;
+  EXPECT_NE(error_of(path, {"no_equals_sign"}).find("expected key=value"), std::string::npos);
+}
+
+TEST(TrainConfig, OptionsForAnotherBackendAreAnError) {
+  const auto path = write_config("backend.toml", "[engine]\nstrategy = \"fsdp\"\n[engine.veomni]\nx = 1\n");
+  const std::string e = error_of(path);
+  EXPECT_NE(e.find("engine.veomni"), std::string::npos) << e;
+  EXPECT_NE(e.find("[engine.fsdp]"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, EnumsAndRangesAreChecked) {
+  const auto path = write_config("enum.toml", "[optim]\nlr_scheduler_type = \"linear\"\n");
+  EXPECT_NE(error_of(path).find("allowed: constant, cosine"), std::string::npos);
+  const auto zero = write_config("zero.toml", "[data]\ntrain_batch_size = 0\n");
+  EXPECT_NE(error_of(zero).find("zero.toml:2:20: data.train_batch_size must be positive"), std::string::npos)
+      << error_of(zero);
+}
+
+TEST(TrainConfig, ResolvedTomlReadsBackToTheSameConfig) {
+  const auto path = write_config("round.toml", R"(
+[trainer]
+experiment_name = "round"
+[engine]
+strategy = "fsdp"
+[engine.fsdp]
+knob = "7"
+[loss]
+type = "ppo"
+clip_ratio_high = 0.28
+[checkpoint]
+save_contents = ["model"]
+)");
+  TrainConfig c = load_train_config(path);
+  const std::string text = to_toml(c);
+  const auto again_path = write_config("again.toml", text);
+  TrainConfig again = load_train_config(again_path);
+  again.source = c.source;
+  EXPECT_EQ(to_toml(again), text);
+  EXPECT_EQ(again.engine.backend_options.at("knob"), "7");
+  EXPECT_EQ(again.loss.clip_ratio_high.value(), 0.28);
+  EXPECT_FALSE(again.loss.clip_ratio_low.has_value());
+  EXPECT_EQ(again.checkpoint.save_contents, std::vector<std::string>{"model"});
+}
+
+TEST(TrainConfig, ShippedExamplesParse) {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(ENGINERY_SOURCE_DIR) + "/examples")) {
+    if (entry.path().extension() != ".toml") continue;
+    EXPECT_NO_THROW(load_train_config(entry.path().string())) << entry.path();
+  }
+}
+
+}  // namespace
+}  // namespace enginery

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "trainer/metrics_log.h"
+#include "trainer/plot.h"
+#include "trainer/png_image.h"
+
+namespace enginery {
+namespace {
+
+uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
+
+TEST(Png, ChecksumsMatchPublishedValues) {
+  const char* check = "123456789";
+  EXPECT_EQ(crc32(reinterpret_cast<const uint8_t*>(check), 9), 0xCBF43926u);
+  const char* wiki = "Wikipedia";
+  EXPECT_EQ(adler32(reinterpret_cast<const uint8_t*>(wiki), 9), 0x11E60398u);
+}
+
+// Decodes our own output the long way (chunks, CRCs, stored deflate blocks, Adler-32) and compares the pixels.
+TEST(Png, EncodedImageDecodesToTheSamePixels) {
+  Image img(300, 250, {1, 2, 3});  // 300*3+1 bytes per row * 250 rows > 65535: several stored blocks
+  img.line(0, 0, 299, 249, {250, 10, 20});
+  img.text(10, 10, "LOSS 0.5%", {0, 0, 0}, 2);
+  const auto png = img.encode_png();
+  ASSERT_EQ(std::memcmp(png.data(), "\x89PNG\r\n\x1a\n", 8), 0);
+  std::vector<uint8_t> idat;
+  size_t pos = 8;
+  bool saw_end = false;
+  while (pos < png.size()) {
+    const uint32_t len = be32(&png[pos]);
+    const std::string type(png.begin() + pos + 4, png.begin() + pos + 8);
+    EXPECT_EQ(crc32(&png[pos + 4], len + 4), be32(&png[pos + 8 + len])) << type;
+    if (type == "IHDR") {
+      EXPECT_EQ(be32(&png[pos + 8]), 300u);
+      EXPECT_EQ(be32(&png[pos + 12]), 250u);
+    }
+    if (type == "IDAT") idat.insert(idat.end(), png.begin() + pos + 8, png.begin() + pos + 8 + len);
+    if (type == "IEND") saw_end = true;
+    pos += 12 + len;
+  }
+  EXPECT_TRUE(saw_end);
+  ASSERT_GE(idat.size(), 6u);
+  EXPECT_EQ((idat[0] * 256 + idat[1]) % 31, 0);  // zlib header check
+  std::vector<uint8_t> raw;
+  size_t p = 2;
+  for (bool last = false; !last;) {
+    last = idat[p] & 1;
+    EXPECT_EQ(idat[p] & 6, 0);  // stored
+    const uint16_t n = idat[p + 1] | (idat[p + 2] << 8);
+    const uint16_t nn = idat[p + 3] | (idat[p + 4] << 8);
+    EXPECT_EQ(uint16_t(~n), nn);
+    raw.insert(raw.end(), idat.begin() + p + 5, idat.begin() + p + 5 + n);
+    p += 5 + n;
+  }
+  EXPECT_EQ(be32(&idat[p]), adler32(raw.data(), raw.size()));
+  ASSERT_EQ(raw.size(), 250u * (300 * 3 + 1));
+  for (int y = 0; y < 250; y += 7) {
+    EXPECT_EQ(raw[y * 901], 0);
+    for (int x = 0; x < 300; x += 11) {
+      const Rgb c = img.get(x, y);
+      const uint8_t* q = &raw[y * 901 + 1 + x * 3];
+      EXPECT_EQ(q[0], c.r);
+      EXPECT_EQ(q[1], c.g);
+      EXPECT_EQ(q[2], c.b);
+    }
+  }
+  EXPECT_EQ(img.get(150, 125).r, 250);  // on the diagonal
+}
+
+TEST(Plot, DrawsLossAndAccuracyFromMetrics) {
+  const auto dir = std::filesystem::temp_directory_path() / ("enginery_plot_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    MetricsLog log(dir.string(), -1);
+    for (int s = 1; s <= 20; ++s) log.write({{"step", s}, {"loss", 3.0 / s}, {"grad_norm", 1.0}, {"lr", 1e-3}});
+    log.write({{"step", 20}, {"accuracy", 0.75}, {"val_loss", 0.3}});
+  }
+  const std::string png = (dir / "m.png").string();
+  plot_run(dir.string(), png);
+  std::ifstream in(png, std::ios::binary);
+  char sig[8];
+  in.read(sig, 8);
+  EXPECT_EQ(std::memcmp(sig, "\x89PNG\r\n\x1a\n", 8), 0);
+  EXPECT_GT(std::filesystem::file_size(png), 100000u);  // two 900x300 panels, uncompressed
+
+  MetricsLog resumed(dir.string(), 10);  // keeps steps <= 10 only
+  resumed.write({{"step", 11}, {"loss", 0.1}});
+  std::ifstream lines(dir / "metrics.jsonl");
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) ++count;
+  EXPECT_EQ(count, 11);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MetricsLog, FormatsProgressAndSummary) {
+  EXPECT_EQ(format_duration(45), "45s");
+  EXPECT_EQ(format_duration(187), "3m07s");
+  EXPECT_EQ(format_duration(3720), "1h02m");
+  const std::string line = format_step({40, 300, 1.23456, 0.5, 1e-3, 5100, 62});
+  EXPECT_EQ(line, "step  40/300 | loss 1.2346 | grad_norm 0.500 | lr 1.00e-03 | 5.1k tok/s | ETA 1m02s");
+  RunSummary s;
+  s.steps = 300, s.has_accuracy = true, s.last_accuracy = 0.9;
+  EXPECT_NE(format_summary(s).find("| held-out exact match"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace enginery

@@ -1,0 +1,107 @@
+// `enginery train --config FILE [--nproc N] [--set key=value ...] [--resume]` (issue 6).
+#include <filesystem>
+#include <iostream>
+
+#include "host_api/error.h"
+#include "trainer/command.h"
+#include "trainer/engine_factory.h"
+#include "trainer/launcher.h"
+#include "trainer/preflight.h"
+#include "trainer/train_loop.h"
+
+#ifndef ENGINERY_DEFAULT_PLUGIN_DIR
+#define ENGINERY_DEFAULT_PLUGIN_DIR ""
+#endif
+
+namespace enginery {
+namespace {
+
+struct TrainOptions {
+  std::string config;
+  int nproc = 1;
+  std::vector<std::string> overrides;
+  std::vector<std::string> plugin_dirs;
+  bool resume = false;
+};
+
+// Config and setup errors exit with 2 before any rank starts; a failed rank's status is passed on.
+constexpr int kConfigError = 2;
+
+int run_train(const TrainOptions& o) {
+  std::vector<std::string> overrides = o.overrides;
+  if (o.resume) overrides.push_back("trainer.resume_mode=\"auto\"");
+  TrainConfig config;
+  std::optional<RankEnv> env;
+  try {
+    config = load_train_config(o.config, overrides);
+    env = rank_env_from_environment();
+  } catch (const EngineryError& e) {
+    std::cerr << "enginery train: error: " << e.what() << std::endl;
+    return kConfigError;
+  }
+  std::vector<std::string> fallback = o.plugin_dirs;
+  if (fallback.empty()) {
+    fallback.push_back((std::filesystem::path(self_executable()).parent_path().parent_path() / "plugins").string());
+  }
+  const auto plugin_path = plugin_search_path(config, fallback, ENGINERY_DEFAULT_PLUGIN_DIR);
+
+  if (env) {  // one rank of a job (our launcher, torchrun --no-python, srun)
+    try {
+      return run_rank(config, *env, plugin_path, /*print_config=*/!env->spawned_locally);
+    } catch (const std::exception& e) {
+      std::cerr << "enginery train: error: rank " << env->rank << ": " << e.what() << std::endl;
+      return 1;
+    }
+  }
+
+  // The local launcher: validate everything, then spawn the ranks.
+  const std::string device = resolve_device(config);
+  try {
+    if (o.nproc < 1) throw EngineryError("must be at least 1, got " + std::to_string(o.nproc), "--nproc");
+    preflight_data(config, o.nproc);
+    EngineRegistry registry;
+    const PluginLoadReport report = load_plugins(registry, plugin_path, &std::cerr);
+    check_engine_available(registry, report, config, device);
+    std::cout << to_toml(config) << std::flush;
+    save_resolved_config(config);
+  } catch (const std::exception& e) {
+    std::cerr << "enginery train: error: " << e.what() << std::endl;
+    return kConfigError;
+  }
+  std::cout << "launching " << o.nproc << " rank" << (o.nproc > 1 ? "s" : "") << " on " << device << " ("
+            << (device == "cuda" ? "NCCL" : "Gloo") << "), outputs in " << config.output_dir() << "\n"
+            << std::flush;
+
+  LaunchOptions launch;
+  launch.nproc = o.nproc;
+  launch.executable = self_executable();
+  launch.args = {"train", "--config", o.config};
+  for (const auto& s : overrides) launch.args.insert(launch.args.end(), {"--set", s});
+  for (const auto& d : o.plugin_dirs) launch.args.insert(launch.args.end(), {"--plugin-dir", d});
+  const LaunchResult result = launch_local(launch, std::cout, std::cerr);
+  if (result.exit_code != 0) {
+    std::cerr << "enginery train: error: " << result.message << std::endl;
+    return result.exit_code;
+  }
+  return 0;
+}
+
+CommandRegistration registration(
+    "train", "Train a model with a sharded engine from a TOML config (verl names and defaults)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto options = std::make_shared<TrainOptions>();
+      sub.add_option("--config", options->config, "TOML config (sections trainer, plugins, model, engine, optim, "
+                                                  "data, loss, checkpoint)")
+          ->required();
+      sub.add_option("--nproc", options->nproc, "Local ranks to spawn (ignored when RANK or SLURM_PROCID is set)");
+      sub.add_option("--set", options->overrides, "Override a config key: --set trainer.total_training_steps=50")
+          ->allow_extra_args(false);
+      sub.add_option("--plugin-dir", options->plugin_dirs,
+                     "Plugin directory when the config has no plugins.dirs (default: plugins/ beside bin/)")
+          ->allow_extra_args(false);
+      sub.add_flag("--resume", options->resume, "Continue from the newest complete checkpoint (resume_mode auto)");
+      return [options] { return run_train(*options); };
+    });
+
+}  // namespace
+}  // namespace enginery

@@ -1,0 +1,337 @@
+// Reads a TrainConfig from TOML (+ --set overrides) through the schema in config_schema.cpp.
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "host_api/error.h"
+#include "host_api/precision.h"
+#include "trainer/config_schema.h"
+
+namespace enginery {
+namespace {
+
+const char* kPrecisionAllowed = "16, \"16\", fp16, float16, 32, \"32\", fp32, float32, bf16, bfloat16";
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
+  return parts;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+std::string type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date/time";
+  }
+}
+
+// Walks the parsed document for the schema, remembering every key it knows so anything else can be reported.
+class TomlReader : public ConfigVisitor {
+ public:
+  TomlReader(toml::table& root, std::string file, std::map<std::string, std::string> flags,
+             std::map<std::string, std::string>* origins)
+      : root_(root), file_(std::move(file)), flags_(std::move(flags)), origins_(origins) {}
+
+  void field(const std::string& key, int64_t& value) override {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_integer()) wrong_type(key, *n, "an integer");
+      value = n->as_integer()->get();
+    }
+  }
+  void field(const std::string& key, double& value) override {
+    if (const toml::node* n = find(key)) value = number(key, *n);
+  }
+  void field(const std::string& key, bool& value) override {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_boolean()) wrong_type(key, *n, "a boolean (true or false)");
+      value = n->as_boolean()->get();
+    }
+  }
+  void field(const std::string& key, std::string& value) override {
+    if (const toml::node* n = find(key)) value = string(key, *n);
+  }
+  void field(const std::string& key, std::vector<std::string>& value) override {
+    if (const toml::node* n = find(key)) {
+      if (n->is_string()) {
+        value = {n->as_string()->get()};
+        return;
+      }
+      if (!n->is_array()) wrong_type(key, *n, "an array of strings");
+      value.clear();
+      for (const toml::node& item : *n->as_array()) value.push_back(string(key, item));
+    }
+  }
+  void field(const std::string& key, std::optional<double>& value) override {
+    if (const toml::node* n = find(key)) value = number(key, *n);
+  }
+  void field(const std::string& key, std::optional<std::string>& value) override {
+    if (const toml::node* n = find(key)) value = string(key, *n);
+  }
+  void field(const std::string& key, double (&value)[2]) override {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_array() || n->as_array()->size() != 2) wrong_type(key, *n, "an array of two numbers");
+      value[0] = number(key, *n->as_array()->get(0));
+      value[1] = number(key, *n->as_array()->get(1));
+    }
+  }
+  void choice(const std::string& key, std::string& value, const std::vector<std::string>& allowed) override {
+    const toml::node* n = find(key);
+    if (n == nullptr) return;
+    std::string given = string(key, *n);
+    if (std::find(allowed.begin(), allowed.end(), given) == allowed.end()) {
+      throw EngineryError(key + ": unknown value '" + given + "'", where(key, *n), join(allowed));
+    }
+    value = given;
+  }
+  void precision(const std::string& key, std::string& value) override {
+    const toml::node* n = find(key);
+    if (n == nullptr) return;
+    value = precision_string(key, *n);
+  }
+  void optional_precision(const std::string& key, std::optional<std::string>& value) override {
+    if (const toml::node* n = find(key)) value = precision_string(key, *n);
+  }
+  bool has_table(const std::string& key) override {
+    known_tables_.insert(key);
+    const toml::node* n = lookup(key);
+    if (n != nullptr && !n->is_table()) wrong_type(key, *n, "a table");
+    return n != nullptr;
+  }
+  void backend_table(const std::string& parent, const std::string& backend,
+                     std::map<std::string, std::string>& options) override {
+    const std::string key = parent + "." + backend;
+    known_tables_.insert(key);
+    const toml::node* n = lookup(key);
+    if (n == nullptr) return;
+    if (!n->is_table()) wrong_type(key, *n, "a table of backend options");
+    for (const auto& [name, item] : *n->as_table()) {
+      const std::string item_key = key + "." + std::string(name.str());
+      known_.insert(item_key);
+      if (item.is_table() || item.is_array()) wrong_type(item_key, item, "a string, number or boolean");
+      std::ostringstream text;
+      if (item.is_string()) {
+        text << item.as_string()->get();
+      } else if (item.is_boolean()) {
+        text << (item.as_boolean()->get() ? "true" : "false");
+      } else if (item.is_integer()) {
+        text << item.as_integer()->get();
+      } else if (item.is_floating_point()) {
+        text << item.as_floating_point()->get();
+      } else {
+        wrong_type(item_key, item, "a string, number or boolean");
+      }
+      options[std::string(name.str())] = text.str();
+    }
+  }
+
+  // Everything in the document the schema did not ask for is an error.
+  void reject_unknown() const { reject_unknown_in(root_, ""); }
+
+ private:
+  const toml::node* lookup(const std::string& key) const {
+    const toml::node* node = &root_;
+    for (const std::string& part : split_key(key)) {
+      const toml::table* table = node->as_table();
+      if (table == nullptr) return nullptr;
+      node = table->get(part);
+      if (node == nullptr) return nullptr;
+    }
+    return node;
+  }
+  const toml::node* find(const std::string& key) {
+    known_.insert(key);
+    const toml::node* node = lookup(key);
+    if (node != nullptr && origins_ != nullptr) (*origins_)[key] = where(key, *node);
+    return node;
+  }
+
+  std::string where(const std::string& key, const toml::node& node) const {
+    auto flag = flags_.find(key);
+    if (flag != flags_.end()) return flag->second;
+    const auto& begin = node.source().begin;
+    if (begin.line == 0) return file_;
+    return file_ + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column);
+  }
+
+  [[noreturn]] void wrong_type(const std::string& key, const toml::node& node, const std::string& expected) const {
+    throw EngineryError(key + ": expected " + expected + ", got " + type_name(node), where(key, node));
+  }
+
+  double number(const std::string& key, const toml::node& n) const {
+    if (n.is_integer()) return static_cast<double>(n.as_integer()->get());
+    if (!n.is_floating_point()) wrong_type(key, n, "a number");
+    return n.as_floating_point()->get();
+  }
+  std::string string(const std::string& key, const toml::node& n) const {
+    if (!n.is_string()) wrong_type(key, n, "a string");
+    return n.as_string()->get();
+  }
+  std::string precision_string(const std::string& key, const toml::node& n) const {
+    std::string text;
+    if (n.is_integer()) {
+      text = std::to_string(n.as_integer()->get());
+    } else if (n.is_string()) {
+      text = n.as_string()->get();
+    } else {
+      wrong_type(key, n, "a precision string or 16 / 32");
+    }
+    try {
+      PrecisionType::to_dtype(text);
+    } catch (const EngineryError& e) {
+      throw EngineryError(key + ": " + e.what_failed(), where(key, n), kPrecisionAllowed);
+    }
+    return text;
+  }
+
+  bool is_known_table(const std::string& key) const {
+    if (known_tables_.count(key)) return true;
+    const std::string prefix = key + ".";
+    for (const auto& known : known_) {
+      if (known.compare(0, prefix.size(), prefix) == 0) return true;
+    }
+    return false;
+  }
+
+  std::string allowed_under(const std::string& prefix) const {
+    std::set<std::string> names;
+    const std::string p = prefix.empty() ? "" : prefix + ".";
+    auto add = [&](const std::string& key, bool table) {
+      if (key.compare(0, p.size(), p) != 0) return;
+      std::string rest = key.substr(p.size());
+      const auto dot = rest.find('.');
+      if (dot != std::string::npos) {
+        names.insert("[" + p + rest.substr(0, dot) + "]");
+      } else {
+        names.insert(table ? "[" + p + rest + "]" : rest);
+      }
+    };
+    for (const auto& key : known_) add(key, false);
+    for (const auto& key : known_tables_) add(key, true);
+    std::vector<std::string> list(names.begin(), names.end());
+    return join(list);
+  }
+
+  void reject_unknown_in(const toml::table& table, const std::string& prefix) const {
+    for (const auto& [name, node] : table) {
+      const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+      if (known_.count(key)) continue;
+      if (node.is_table() && is_known_table(key)) {
+        reject_unknown_in(*node.as_table(), key);
+        continue;
+      }
+      std::string what = node.is_table() ? "unknown table [" + key + "]" : "unknown key '" + key + "'";
+      if (node.is_table() && prefix == "engine") {
+        what += " (backend options are read only from the table of engine.strategy)";
+      }
+      throw EngineryError(what, where(key, node), allowed_under(prefix));
+    }
+  }
+
+  toml::table& root_;
+  std::string file_;
+  std::map<std::string, std::string> flags_;  // key -> "--set key=value" for overridden keys
+  std::set<std::string> known_;
+  std::set<std::string> known_tables_;
+  std::map<std::string, std::string>* origins_;
+};
+
+// Applies one "a.b.c=value" override to the document.
+void apply_override(toml::table& root, const std::string& text, std::map<std::string, std::string>& flags) {
+  const std::string flag = "--set " + text;
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw EngineryError("expected key=value", flag, "dotted keys such as trainer.total_training_steps=100");
+  }
+  const std::string key = text.substr(0, eq);
+  const std::string value_text = text.substr(eq + 1);
+  std::vector<std::string> parts = split_key(key);
+  for (const auto& part : parts) {
+    if (part.empty()) throw EngineryError("empty key component in '" + key + "'", flag);
+  }
+  toml::table* table = &root;
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked += (walked.empty() ? "" : ".") + parts[i];
+    toml::node* next = table->get(parts[i]);
+    if (next == nullptr) {
+      table->insert(parts[i], toml::table{});
+      next = table->get(parts[i]);
+    }
+    if (!next->is_table()) throw EngineryError("'" + walked + "' is not a table", flag);
+    table = next->as_table();
+  }
+  // The value in TOML syntax (numbers, booleans, quoted strings, arrays); anything else is a bare string, so
+  // `--set data.train_files=train.jsonl` needs no quotes.
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value_text, flag);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", value_text}};
+  }
+  table->insert_or_assign(parts.back(), *parsed.get("v"));
+  flags[key] = flag;
+}
+
+void check_positive(const TrainConfig& c, int64_t value, const std::string& key) {
+  if (value <= 0) throw EngineryError(key + " must be positive, got " + std::to_string(value), c.where(key), "> 0");
+}
+
+// Checks that involve several keys or value ranges.
+void check_values(const TrainConfig& c) {
+  check_positive(c, c.data.train_batch_size, "data.train_batch_size");
+  check_positive(c, c.engine.micro_batch_size_per_gpu, "engine.micro_batch_size_per_gpu");
+  check_positive(c, c.data.max_length, "data.max_length");
+  check_positive(c, c.trainer.log_freq, "trainer.log_freq");
+  check_positive(c, c.trainer.total_epochs, "trainer.total_epochs");
+  if (c.trainer.total_training_steps < 0) {
+    throw EngineryError("trainer.total_training_steps must be >= 0", c.where("trainer.total_training_steps"), "0 (from total_epochs) or a step count");
+  }
+  if (c.data.digits < 1 || c.data.digits > 9) {
+    throw EngineryError("data.digits must be within 1..9, got " + std::to_string(c.data.digits), c.where("data.digits"));
+  }
+  if (c.trainer.experiment_name.empty()) throw EngineryError("trainer.experiment_name is empty", c.where("trainer.experiment_name"));
+  if (c.optim.lr < 0) throw EngineryError("optim.lr must be >= 0", c.where("optim.lr"));
+}
+
+}  // namespace
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw EngineryError("cannot open config file", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  toml::table root;
+  try {
+    root = toml::parse(text.str(), path);
+  } catch (const toml::parse_error& e) {
+    const auto& begin = e.source().begin;
+    throw EngineryError(std::string(e.description()),
+                        path + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column));
+  }
+  std::map<std::string, std::string> flags;
+  for (const auto& override_text : overrides) apply_override(root, override_text, flags);
+
+  TrainConfig config;
+  config.source = path;
+  TomlReader reader(root, path, flags, &config.origins);
+  visit_config(reader, config);
+  reader.reject_unknown();
+  check_values(config);
+  return config;
+}
+
+}  // namespace enginery

@@ -1,0 +1,40 @@
+#pragma once
+// The one list of every key of TrainConfig (config_schema.cpp). A ConfigVisitor walks it: the parser reads each
+// key from TOML, the printer writes it back, so the two can never disagree about a key's name or type.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainer/train_config.h"
+
+namespace enginery {
+
+class ConfigVisitor {
+ public:
+  virtual ~ConfigVisitor() = default;
+  // `key` is the full dotted key ("engine.mixed_precision.param_dtype").
+  virtual void field(const std::string& key, int64_t& value) = 0;
+  virtual void field(const std::string& key, double& value) = 0;
+  virtual void field(const std::string& key, bool& value) = 0;
+  virtual void field(const std::string& key, std::string& value) = 0;
+  virtual void field(const std::string& key, std::vector<std::string>& value) = 0;
+  virtual void field(const std::string& key, std::optional<double>& value) = 0;
+  virtual void field(const std::string& key, std::optional<std::string>& value) = 0;
+  virtual void field(const std::string& key, double (&value)[2]) = 0;
+  // A string from a closed set.
+  virtual void choice(const std::string& key, std::string& value, const std::vector<std::string>& allowed) = 0;
+  // A precision string (verl PrecisionType): a string or the integers 16 / 32.
+  virtual void precision(const std::string& key, std::string& value) = 0;
+  virtual void optional_precision(const std::string& key, std::optional<std::string>& value) = 0;
+  // Whether the table `key` is given (parser) / should be written (printer).
+  virtual bool has_table(const std::string& key) = 0;
+  // [<parent>.<backend>]: options of the selected backend, kept as strings; every other sub-table of `parent`
+  // that is not a known one is an error.
+  virtual void backend_table(const std::string& parent, const std::string& backend,
+                             std::map<std::string, std::string>& options) = 0;
+};
+
+void visit_config(ConfigVisitor& visitor, TrainConfig& config);
+
+}  // namespace enginery

@@ -1,0 +1,241 @@
+#include "trainer/dataset.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+
+#include "host_api/error.h"
+
+namespace enginery {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class AdditionDataset : public Dataset {
+ public:
+  AdditionDataset(int64_t digits, uint64_t seed, int64_t size, bool val)
+      : task_(digits, seed), size_(size), val_(val) {}
+  int64_t size() const override { return size_; }
+  Example get(int64_t index) const override {
+    auto [a, b] = val_ ? task_.val_pair(index) : task_.train_pair(index);
+    return Example{task_.tokens(a, b), task_.loss_mask(), {}};
+  }
+  std::string describe() const override {
+    return "builtin:addition (" + std::to_string(task_.digits()) + " digits, " + std::to_string(size_) + " " +
+           (val_ ? "held-out" : "training") + " examples of " + std::to_string(task_.seq_len()) + " tokens)";
+  }
+
+ private:
+  AdditionTask task_;
+  int64_t size_;
+  bool val_;
+};
+
+// One JSON object per line: {"input_ids": [...], "loss_mask": [...] (optional), "<name>": [floats] ...}. Every other
+// array of numbers as long as input_ids is kept as a per-token float tensor (old_log_probs, advantages, ...).
+class JsonlDataset : public Dataset {
+ public:
+  JsonlDataset(const std::string& path, int64_t max_length) : path_(path) {
+    std::ifstream in(path);
+    if (!in) throw EngineryError("cannot open data file", path);
+    std::string line;
+    for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = path + ":" + std::to_string(line_no);
+      nlohmann::json row;
+      try {
+        row = nlohmann::json::parse(line);
+      } catch (const std::exception& e) {
+        throw EngineryError(std::string("invalid JSON: ") + e.what(), where);
+      }
+      rows_.push_back(parse_row(row, where, max_length));
+    }
+    if (rows_.empty()) throw EngineryError("no examples", path);
+  }
+  int64_t size() const override { return static_cast<int64_t>(rows_.size()); }
+  Example get(int64_t index) const override { return rows_.at(index); }
+  std::string describe() const override { return path_ + " (" + std::to_string(rows_.size()) + " rows)"; }
+
+ private:
+  static Example parse_row(const nlohmann::json& row, const std::string& where, int64_t max_length) {
+    if (!row.is_object() || !row.contains("input_ids") || !row["input_ids"].is_array()) {
+      throw EngineryError("each line needs an array \"input_ids\"", where, "input_ids, loss_mask, per-token arrays");
+    }
+    Example ex;
+    for (const auto& id : row["input_ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+        throw EngineryError("input_ids must be non-negative integers", where);
+      }
+      ex.input_ids.push_back(id.get<int64_t>());
+    }
+    const size_t n = ex.input_ids.size();
+    if (n < 2) throw EngineryError("input_ids needs at least 2 tokens", where);
+    for (const auto& [name, value] : row.items()) {
+      if (name == "input_ids" || !value.is_array()) continue;
+      std::vector<float> values;
+      for (const auto& v : value) {
+        if (!v.is_number()) throw EngineryError("\"" + name + "\" must hold numbers", where);
+        values.push_back(v.get<float>());
+      }
+      if (values.size() != n) {
+        throw EngineryError("\"" + name + "\" has " + std::to_string(values.size()) + " entries, input_ids " +
+                                std::to_string(n),
+                            where);
+      }
+      if (name == "loss_mask") {
+        ex.loss_mask = std::move(values);
+      } else {
+        ex.extras[name] = std::move(values);
+      }
+    }
+    if (ex.loss_mask.empty()) ex.loss_mask.assign(n, 1.0f);
+    ex.loss_mask[0] = 0.0f;  // position 0 has no context: never a target (batch.h)
+    const size_t keep = std::min<size_t>(n, static_cast<size_t>(max_length));
+    ex.input_ids.resize(keep);
+    ex.loss_mask.resize(keep);
+    for (auto& [name, values] : ex.extras) values.resize(keep);
+    return ex;
+  }
+
+  std::string path_;
+  std::vector<Example> rows_;
+};
+
+// nanoGPT's format: a flat file of uint16 token ids. Example i is the window [i*L, (i+1)*L), every token but the
+// first a target.
+class BinDataset : public Dataset {
+ public:
+  BinDataset(const std::string& path, int64_t window) : path_(path), window_(window) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw EngineryError("cannot open data file", path);
+    num_tokens_ = static_cast<int64_t>(in.tellg()) / 2;
+    if (num_tokens_ < window_) {
+      throw EngineryError("holds " + std::to_string(num_tokens_) + " tokens, fewer than data.max_length = " +
+                              std::to_string(window_),
+                          path);
+    }
+  }
+  int64_t size() const override { return num_tokens_ / window_; }
+  Example get(int64_t index) const override {
+    std::ifstream in(path_, std::ios::binary);
+    in.seekg(index * window_ * 2);
+    std::vector<uint16_t> raw(window_);
+    in.read(reinterpret_cast<char*>(raw.data()), window_ * 2);
+    if (!in) throw EngineryError("short read at example " + std::to_string(index), path_);
+    Example ex;
+    ex.input_ids.assign(raw.begin(), raw.end());
+    ex.loss_mask.assign(window_, 1.0f);
+    ex.loss_mask[0] = 0.0f;
+    return ex;
+  }
+  std::string describe() const override {
+    return path_ + " (" + std::to_string(num_tokens_) + " tokens, " + std::to_string(size()) + " windows of " +
+           std::to_string(window_) + ")";
+  }
+
+ private:
+  std::string path_;
+  int64_t window_;
+  int64_t num_tokens_ = 0;
+};
+
+}  // namespace
+
+bool is_builtin_addition(const std::string& spec) { return spec == "builtin:addition"; }
+
+std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string& split, int64_t max_length,
+                                      int64_t digits, int64_t builtin_size, uint64_t seed) {
+  if (is_builtin_addition(spec)) {
+    return std::make_unique<AdditionDataset>(digits, seed, builtin_size, split == "val");
+  }
+  if (ends_with(spec, ".jsonl")) return std::make_unique<JsonlDataset>(spec, max_length);
+  if (ends_with(spec, ".bin")) return std::make_unique<BinDataset>(spec, max_length);
+  throw EngineryError("unknown data source '" + spec + "'", "data." + split + "_files",
+                      "builtin:addition, <file>.jsonl, <file>.bin");
+}
+
+ShardedSampler::ShardedSampler(int64_t dataset_size, int64_t global_batch_size, int64_t rank, int64_t world_size,
+                               uint64_t seed, bool shuffle)
+    : dataset_size_(dataset_size),
+      global_batch_size_(global_batch_size),
+      rank_(rank),
+      world_size_(world_size),
+      seed_(seed),
+      shuffle_(shuffle),
+      steps_per_epoch_(dataset_size / global_batch_size) {
+  if (global_batch_size % world_size != 0) {
+    throw EngineryError("data.train_batch_size = " + std::to_string(global_batch_size) +
+                            " is not divisible by the world size " + std::to_string(world_size),
+                        "data.train_batch_size", "a multiple of the number of ranks");
+  }
+  if (steps_per_epoch_ == 0) {
+    throw EngineryError("the dataset has " + std::to_string(dataset_size) + " examples, fewer than one batch of " +
+                            std::to_string(global_batch_size),
+                        "data.train_batch_size");
+  }
+}
+
+void ShardedSampler::build_epoch(int64_t epoch) {
+  order_.resize(dataset_size_);
+  for (int64_t i = 0; i < dataset_size_; ++i) order_[i] = i;
+  if (shuffle_) {
+    // Fisher-Yates with mix64, so the order is the same on every platform and standard library.
+    uint64_t state = mix64(seed_ * 0x100000001b3ULL + static_cast<uint64_t>(epoch));
+    for (int64_t i = dataset_size_ - 1; i > 0; --i) {
+      state = mix64(state);
+      const int64_t j = static_cast<int64_t>(state % static_cast<uint64_t>(i + 1));
+      std::swap(order_[i], order_[j]);
+    }
+  }
+  cached_epoch_ = epoch;
+}
+
+std::vector<int64_t> ShardedSampler::indices(int64_t global_step) {
+  const int64_t epoch = epoch_of(global_step);
+  if (epoch != cached_epoch_) build_epoch(epoch);
+  const int64_t local = local_batch_size();
+  const int64_t begin = (global_step % steps_per_epoch_) * global_batch_size_ + rank_ * local;
+  return std::vector<int64_t>(order_.begin() + begin, order_.begin() + begin + local);
+}
+
+Batch collate(const std::vector<Example>& examples) {
+  const int64_t n = static_cast<int64_t>(examples.size());
+  int64_t len = 0;
+  for (const auto& ex : examples) len = std::max<int64_t>(len, static_cast<int64_t>(ex.input_ids.size()));
+  auto ids = torch::zeros({n, len}, torch::kLong);
+  auto attention = torch::zeros({n, len}, torch::kLong);
+  auto mask = torch::zeros({n, len}, torch::kFloat);
+  std::map<std::string, torch::Tensor> extras;
+  for (const auto& [name, values] : examples.empty() ? std::map<std::string, std::vector<float>>{}
+                                                     : examples.front().extras) {
+    extras[name] = torch::zeros({n, len}, torch::kFloat);
+  }
+  auto ids_a = ids.accessor<int64_t, 2>();
+  auto att_a = attention.accessor<int64_t, 2>();
+  auto mask_a = mask.accessor<float, 2>();
+  for (int64_t b = 0; b < n; ++b) {
+    const Example& ex = examples[b];
+    for (size_t t = 0; t < ex.input_ids.size(); ++t) {
+      ids_a[b][t] = ex.input_ids[t];
+      att_a[b][t] = 1;
+      mask_a[b][t] = t == 0 ? 0.0f : ex.loss_mask[t];
+    }
+    for (auto& [name, tensor] : extras) {
+      auto it = ex.extras.find(name);
+      if (it == ex.extras.end()) throw EngineryError("example lacks \"" + name + "\" that others in its batch have");
+      auto acc = tensor.accessor<float, 2>();
+      for (size_t t = 0; t < it->second.size(); ++t) acc[b][t] = it->second[t];
+    }
+  }
+  Batch batch;
+  batch.set("input_ids", ids);
+  batch.set("attention_mask", attention);
+  batch.set("loss_mask", mask);
+  for (auto& [name, tensor] : extras) batch.set(name, tensor);
+  return batch;
+}
+
+}  // namespace enginery

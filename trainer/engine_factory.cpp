@@ -1,0 +1,70 @@
+#include "trainer/engine_factory.h"
+
+#include <torch/cuda.h>
+
+#include "host_api/error.h"
+
+namespace enginery {
+
+std::vector<PluginSearchDir> plugin_search_path(const TrainConfig& config, const std::vector<std::string>& fallback_dirs,
+                                                const std::string& install_default) {
+  std::vector<std::filesystem::path> dirs;
+  std::string source = "config plugins.dirs";
+  if (!config.plugins.dirs.empty()) {
+    for (const auto& d : config.plugins.dirs) dirs.emplace_back(d);
+  } else {
+    for (const auto& d : fallback_dirs) dirs.emplace_back(d);
+    source = "build tree";
+  }
+  auto path = PluginLoader::search_path(dirs, source, std::getenv(kPluginPathEnv), install_default);
+  // The build-tree fallback is a guess: quietly absent in an installed copy.
+  if (config.plugins.dirs.empty()) {
+    for (auto& dir : path) {
+      if (dir.source == source) dir.must_exist = false;
+    }
+  }
+  return path;
+}
+
+std::string resolve_device(const TrainConfig& config) {
+  if (config.trainer.device == "auto") return torch::cuda::is_available() ? "cuda" : "cpu";
+  return config.trainer.device;
+}
+
+PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<PluginSearchDir>& search_path,
+                              std::ostream* log) {
+  PluginLoader loader(search_path);
+  PluginLoadReport report = loader.load(registry);
+  if (log != nullptr) {
+    for (const auto& rejected : report.rejected) {
+      *log << "warning: plugin " << (rejected.name.empty() ? "" : "'" + rejected.name + "' ") << "at "
+           << rejected.path.string() << " skipped: " << rejected.reason << "\n";
+    }
+  }
+  return report;
+}
+
+void check_engine_available(const EngineRegistry& registry, const PluginLoadReport& report, const TrainConfig& config,
+                            const std::string& device) {
+  const EngineKey key{config.model_type(), config.engine.strategy, device};
+  if (registry.has(key)) return;
+  std::string allowed;
+  for (const auto& info : registry.list()) {
+    if (info.key.model_type != key.model_type || info.key.device != key.device) continue;
+    allowed += (allowed.empty() ? "" : ", ") + info.key.backend + " (" + info.origin.str() + ")";
+  }
+  if (allowed.empty()) allowed = "none registered for " + key.model_type + " on " + device;
+  std::string searched;
+  for (const auto& dir : report.searched) searched += (searched.empty() ? "" : ", ") + dir.path.string();
+  std::string what = "engine.strategy = '" + config.engine.strategy + "': no engine " + key.str() +
+                     " is registered (plugins searched in: " + (searched.empty() ? "nothing" : searched) + ")";
+  for (const auto& rejected : report.rejected) what += "; skipped " + rejected.path.string() + ": " + rejected.reason;
+  throw EngineryError(what, config.where("engine.strategy"), allowed);
+}
+
+std::shared_ptr<BaseEngine> create_engine(const EngineRegistry& registry, const TrainConfig& config,
+                                          const EngineArgs& args) {
+  return registry.create(config.model_type(), config.engine.strategy, args.device, args);
+}
+
+}  // namespace enginery

@@ -1,0 +1,37 @@
+#pragma once
+// The trainer's one door to the plugins: load them (PluginLoader) into an EngineRegistry and create the engine
+// for (model_type, engine.strategy, device).
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "host_api/base_engine.h"
+#include "registry/engine_registry.h"
+#include "registry/plugin_loader.h"
+#include "trainer/train_config.h"
+
+namespace enginery {
+
+// plugins.dirs from the config when given (source "config"), else `fallback_dirs` (the build tree's plugins/
+// beside bin/), then ENGINERY_PLUGIN_PATH, then `install_default`.
+std::vector<PluginSearchDir> plugin_search_path(const TrainConfig& config, const std::vector<std::string>& fallback_dirs,
+                                                const std::string& install_default);
+
+// "cuda" when trainer.device is cuda, or auto and LibTorch sees a GPU; else "cpu".
+std::string resolve_device(const TrainConfig& config);
+
+// Loads every plugin into `registry`; a rejected plugin is reported on `log` (when non-null).
+PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<PluginSearchDir>& search_path,
+                              std::ostream* log);
+
+// Throws EngineryError naming where engine.strategy was set (file:line:col or the flag) when the registry has no
+// engine for (model_type, strategy, device); the allowed list names every registered backend and its plugin, and
+// any plugin that was rejected.
+void check_engine_available(const EngineRegistry& registry, const PluginLoadReport& report, const TrainConfig& config,
+                            const std::string& device);
+
+std::shared_ptr<BaseEngine> create_engine(const EngineRegistry& registry, const TrainConfig& config,
+                                          const EngineArgs& args);
+
+}  // namespace enginery

@@ -1,0 +1,92 @@
+#pragma once
+// The configuration of `enginery train`: one TOML file with verl's section and key names and defaults, plus
+// dotted `--set key=value` overrides. Parsing validates everything that can be checked before any rank starts
+// (unknown keys, types, enums, precision strings) and names file:line:col or the flag in its errors.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "host_api/config.h"
+
+namespace enginery {
+
+// verl trainer.* (subset). Differences from verl, on purpose:
+//  - default_local_dir "" means runs/<experiment_name> (verl: checkpoints/<project>/<experiment>), so a newcomer
+//    finds the demo's outputs next to where they typed `make demo`.
+//  - resume_mode defaults to "disable"; `enginery train --resume` sets "auto" (newest complete checkpoint).
+//  - device "auto": cuda when LibTorch sees a GPU, else cpu.
+struct TrainerSection {
+  std::string project_name = "enginery";
+  std::string experiment_name = "default";
+  int64_t total_training_steps = 0;  // 0: total_epochs * steps per epoch
+  int64_t total_epochs = 1;
+  int64_t save_freq = -1;  // -1: never (a final checkpoint is not forced either, as verl)
+  int64_t test_freq = -1;  // -1: never
+  int64_t log_freq = 1;    // progress line every N steps (metrics.jsonl always gets every step)
+  bool val_before_train = true;
+  std::string default_local_dir;  // "" -> runs/<experiment_name>
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string resume_mode = "disable";  // disable | auto
+  int64_t max_ckpt_to_keep = -1;   // -1: keep all
+};
+
+struct PluginsSection {
+  // Directories searched for plugin manifests (each <dir>/<plugin>/plugin.toml). Empty: the build tree's
+  // plugins/ beside bin/, then the install prefix.
+  std::vector<std::string> dirs;
+};
+
+// verl data.* (subset) plus the built-in synthetic task's knobs.
+struct DataSection {
+  std::string train_files = "builtin:addition";  // builtin:addition | *.jsonl | *.bin (nanoGPT uint16 tokens)
+  std::string val_files;  // "" -> builtin: its held-out split; files: no evaluation data
+  int64_t train_batch_size = 256;  // global, over all data-parallel ranks
+  int64_t max_length = 1024;       // .bin window length; .jsonl rows are truncated to it
+  int64_t seed = 1;
+  bool shuffle = true;
+  int64_t digits = 3;          // builtin:addition: operand width
+  int64_t train_size = 100000;  // builtin:addition: examples per epoch
+  int64_t val_size = 256;      // builtin:addition: held-out examples evaluated every test_freq steps
+};
+
+// The objective. verl keeps these in actor.* / critic.*; here one small section.
+struct LossSection {
+  std::string type = "sft";  // sft | ppo | value
+  double clip_ratio = 0.2;
+  std::optional<double> clip_ratio_low;   // default clip_ratio
+  std::optional<double> clip_ratio_high;  // default clip_ratio
+  double clip_ratio_c = 3.0;              // dual-clip bound for negative advantages
+  double cliprange_value = 0.5;
+  std::string loss_agg_mode = "token-mean";
+};
+
+struct TrainConfig {
+  TrainerSection trainer;
+  PluginsSection plugins;
+  ModelConfig model;
+  EngineConfig engine;
+  OptimizerConfig optim;
+  DataSection data;
+  LossSection loss;
+  CheckpointConfig checkpoint;
+
+  std::string source;  // the file it came from
+  // Where each given key was set: "file:line:col" or "--set key=value". Keys left at their default are absent.
+  std::map<std::string, std::string> origins;
+  std::string where(const std::string& key) const;  // origins[key], else the file
+
+  std::string output_dir() const;   // trainer.default_local_dir or runs/<experiment_name>
+  std::string model_type() const;   // "value_model" for loss.type value, else "language_model"
+};
+
+// Parses `path` and applies `overrides` ("a.b.c=value", value in TOML syntax; a value that is not valid TOML is
+// taken as a plain string). Throws EngineryError naming file:line:col (or the --set flag), the key, and what is
+// allowed.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The fully resolved configuration (every key, defaults included) as TOML that load_train_config reads back.
+std::string to_toml(const TrainConfig& config);
+
+}  // namespace enginery
