@@ -1,0 +1,105 @@
+#include "plugin/fsdp/collectives.h"
+
+#include "host_api/error.h"
+
+namespace enginery {
+namespace fsdp {
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+  }
+  return c10d::ReduceOp(c10d::ReduceOp::SUM);
+}
+
+// Gloo has no 16-bit float kernels for bf16 (1.13 and later); its gathers only move bytes, so any 2-byte float
+// travels as int16.
+torch::Tensor as_gatherable(const torch::Tensor& t) {
+  if (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf) return t.view(torch::kInt16);
+  return t;
+}
+
+}  // namespace
+
+Collectives::Collectives(c10::intrusive_ptr<compat::CommGroup> group, int64_t rank, int64_t size)
+    : group_(std::move(group)), rank_(rank), size_(size) {
+  if (!group_ && size_ != 1) {
+    throw EngineryError("no process group for a data-parallel group of size " + std::to_string(size_),
+                        "fsdp collectives, rank " + std::to_string(rank_));
+  }
+}
+
+bool Collectives::native_base_ops() const { return group_ && group_->getBackendName() == "nccl"; }
+
+void Collectives::all_gather_into(torch::Tensor& out, const torch::Tensor& in) const {
+  TORCH_CHECK(out.numel() == in.numel() * size_, "all_gather_into: out has ", out.numel(), " elements, expected ",
+              in.numel() * size_);
+  if (size_ == 1) {
+    out.view(-1).copy_(in.view(-1));
+    return;
+  }
+  if (native_base_ops()) {
+    auto src = in.contiguous();
+    group_->_allgather_base(out, src)->wait();
+    return;
+  }
+  auto src = as_gatherable(in.contiguous().view(-1));
+  auto dst = as_gatherable(out.view(-1));
+  std::vector<torch::Tensor> inputs{src};
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int64_t r = 0; r < size_; ++r) outputs[0].push_back(dst.narrow(0, r * src.numel(), src.numel()));
+  group_->allgather(outputs, inputs)->wait();
+}
+
+void Collectives::reduce_scatter_into(torch::Tensor& out, const torch::Tensor& in) const {
+  TORCH_CHECK(in.numel() == out.numel() * size_, "reduce_scatter_into: in has ", in.numel(), " elements, expected ",
+              out.numel() * size_);
+  if (size_ == 1) {
+    out.view(-1).copy_(in.view(-1));
+    return;
+  }
+  if (native_base_ops()) {
+    auto src = in.contiguous();
+    group_->_reduce_scatter_base(out, src)->wait();
+    return;
+  }
+  // Emulation: all-reduce the whole buffer, keep this rank's slice.
+  auto full = in.contiguous().view(-1).clone();
+  all_reduce(full, ReduceOp::kSum);
+  out.view(-1).copy_(full.narrow(0, rank_ * out.numel(), out.numel()));
+}
+
+void Collectives::all_reduce(torch::Tensor& t, ReduceOp op) const {
+  if (size_ == 1) return;
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  const bool gloo_bf16 = !native_base_ops() && t.scalar_type() == torch::kBFloat16;
+  if (gloo_bf16 || !t.is_contiguous()) {
+    std::vector<torch::Tensor> v{gloo_bf16 ? t.to(torch::kFloat) : t.contiguous()};
+    group_->allreduce(v, opts)->wait();
+    t.copy_(v[0]);
+    return;
+  }
+  std::vector<torch::Tensor> v{t};
+  group_->allreduce(v, opts)->wait();
+}
+
+void Collectives::broadcast(torch::Tensor& t, int64_t root) const {
+  if (size_ == 1) return;
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  std::vector<torch::Tensor> v{as_gatherable(t.contiguous())};
+  group_->broadcast(v, opts)->wait();
+  if (!t.is_contiguous()) t.copy_(v[0].view(t.scalar_type()));
+}
+
+void Collectives::barrier() const {
+  if (size_ == 1) return;
+  group_->barrier()->wait();
+}
+
+}  // namespace fsdp
+}  // namespace enginery

@@ -1,0 +1,33 @@
+#include "plugin/fsdp/shard_layout.h"
+
+namespace enginery {
+namespace fsdp {
+
+FlatParamLayout::FlatParamLayout(std::vector<std::vector<int64_t>> shapes, int64_t world)
+    : ShardLayout(std::move(shapes), world) {
+  int64_t total = 0;
+  for (const auto& s : shapes_) {
+    offsets_.push_back(total);
+    total += c10::multiply_integers(s);
+  }
+  set_shard_numel((total + world_ - 1) / world_);
+}
+
+void FlatParamLayout::pack(const std::vector<torch::Tensor>& full, torch::Tensor& packed) const {
+  packed.zero_();
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    if (!full[i].defined()) continue;
+    packed.narrow(0, offsets_[i], full[i].numel()).copy_(full[i].reshape(-1));
+  }
+}
+
+std::vector<torch::Tensor> FlatParamLayout::unpack(const torch::Tensor& packed) const {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    out.push_back(packed.narrow(0, offsets_[i], c10::multiply_integers(shapes_[i])).view(shapes_[i]));
+  }
+  return out;
+}
+
+}  // namespace fsdp
+}  // namespace enginery

@@ -1,0 +1,102 @@
+#pragma once
+// FSDPEngine: trains a models::DecoderModel sharded across the data-parallel ranks (ZeRO-3, DESIGN §4-5).
+//
+// initialize() runs four steps a subclass can reshape (the VeOmni engine takes its own build path):
+//   build_model()          virtual: the model (the ModelBuilder given at construction, else the models factory)
+//   build_fsdp_module()    not virtual: resolves mixed_precision, sets autocast dtype and the scaler, shards
+//   build_optimizer()      virtual: AdamW over the fp32 master shards
+//   build_lr_scheduler()   virtual
+// BaseEngine's constructor already set autocast bf16 and no scaler, so a subclass that skips build_fsdp_module
+// is valid and runs forward_step on its unsharded model.
+#include <torch/torch.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host_api/base_engine.h"
+#include "models/decoder_model.h"
+#include "plugin/fsdp/adamw.h"
+#include "plugin/fsdp/fsdp_export.h"
+#include "plugin/fsdp/fsdp_module.h"
+#include "plugin/fsdp/lr_scheduler.h"
+#include "plugin/fsdp/sharded_grad_scaler.h"
+
+namespace enginery {
+namespace fsdp {
+
+using ModelBuilder = std::function<std::shared_ptr<models::DecoderModel>(const EngineArgs& args)>;
+
+class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
+ public:
+  // `model_builder` empty: the models library builds args.model (what the plugin's registered factory does).
+  explicit FSDPEngine(EngineArgs args, ModelBuilder model_builder = {});
+  ~FSDPEngine() override;
+
+  void initialize() override;
+
+  BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only) override;
+  std::pair<torch::Tensor, ModelOutput> forward_step(const Batch& micro_batch, const LossFn& loss_fn,
+                                                     const LossContext& ctx, bool forward_only) override;
+
+  void optimizer_zero_grad() override;
+  torch::Tensor optimizer_step() override;
+  double lr_scheduler_step() override;
+
+  void get_per_tensor_param(
+      const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) override;
+
+  void save_checkpoint(const std::string& path, int64_t global_step, int64_t max_ckpt_to_keep) override;
+  void load_checkpoint(const std::string& path) override;
+
+  void to(const std::string& device, bool model = true, bool optimizer = true, bool grad = true) override;
+
+  int64_t get_data_parallel_rank() const override { return args_.rank; }
+  int64_t get_data_parallel_size() const override { return args_.world_size; }
+  c10::intrusive_ptr<compat::CommGroup> get_data_parallel_group() const override { return args_.world_group; }
+
+  // Introspection (tests, subclasses).
+  const EngineArgs& args() const { return args_; }
+  const torch::Device& device() const { return device_; }
+  std::shared_ptr<models::DecoderModel> model() const { return model_; }
+  FsdpModule* fsdp_module() const { return fsdp_.get(); }
+  AdamW* optimizer() const { return optimizer_.get(); }
+  LrScheduler* lr_scheduler() const { return lr_scheduler_.get(); }
+  ShardedGradScaler* sharded_grad_scaler() const { return sharded_scaler_; }
+  c10::ScalarType param_dtype() const { return param_dtype_; }
+  c10::ScalarType reduce_dtype() const { return reduce_dtype_; }
+
+ protected:
+  virtual std::shared_ptr<models::DecoderModel> build_model();
+  void build_fsdp_module();
+  virtual void build_optimizer();
+  virtual void build_lr_scheduler();
+
+  // Throws EngineryError where autocast cannot compute in autocast_dtype() on this device (DESIGN §4: never a
+  // silent fallback).
+  void check_precision_supported() const;
+  void set_training(bool training) override;
+  // The data-parallel world group (built on first use when build_fsdp_module was skipped).
+  const Collectives& world_collectives();
+
+  EngineArgs args_;
+  ModelBuilder model_builder_;
+  torch::Device device_;
+  std::shared_ptr<models::DecoderModel> model_;
+  DpGroups groups_;
+  std::unique_ptr<FsdpModule> fsdp_;  // null when a subclass skips build_fsdp_module
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<LrScheduler> lr_scheduler_;
+  ShardedGradScaler* sharded_scaler_ = nullptr;  // scaler_ as its concrete type
+  c10::ScalarType param_dtype_ = c10::kBFloat16;
+  c10::ScalarType reduce_dtype_ = c10::kFloat;
+  c10::ScalarType buffer_dtype_ = c10::kFloat;
+  bool sync_grads_ = true;  // false on all but the last micro-batch
+  std::map<std::string, torch::Tensor> last_metrics_;  // of the last forward_step's loss
+  std::deque<std::string> saved_checkpoints_;
+};
+
+}  // namespace fsdp
+}  // namespace enginery

@@ -1,0 +1,64 @@
+// FSDPEngine: the optimizer step (DESIGN §4): unscale -> global grad-norm clip -> step or skip -> scaler update.
+#include <iostream>
+
+#include "host_api/error.h"
+#include "plugin/fsdp/fsdp_engine.h"
+
+namespace enginery {
+namespace fsdp {
+
+void FSDPEngine::optimizer_zero_grad() {
+  if (fsdp_) {
+    fsdp_->zero_grad();
+    return;
+  }
+  for (auto& p : model_->parameters()) p.mutable_grad().reset();
+}
+
+torch::Tensor FSDPEngine::optimizer_step() {
+  if (!optimizer_ || !fsdp_) {
+    throw EngineryError("optimizer_step before initialize() built the optimizer",
+                        "fsdp engine, rank " + std::to_string(args_.rank));
+  }
+  torch::NoGradGuard no_grad;
+  auto& grads = optimizer_->grads();
+  if (sharded_scaler_) sharded_scaler_->unscale_(grads, *groups_.world);
+
+  // Global norm: local sum of squares over this rank's shards (padding is always zero) -> SUM over the shard
+  // group (HSDP replicas hold the same shards) -> sqrt. Stays a device tensor.
+  auto sumsq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  for (const auto& g : grads) sumsq += g.to(torch::kFloat).pow(2).sum();
+  groups_.shard->all_reduce(sumsq);
+  auto norm = sumsq.sqrt().reshape({});
+
+  const double clip = args_.optim.clip_grad;
+  if (clip > 0.0) {
+    // As torch.nn.utils.clip_grad_norm_.
+    auto coef = torch::clamp(clip / (norm + 1e-6), c10::nullopt, 1.0);
+    for (auto& g : grads) g.mul_(coef);
+  }
+
+  bool skip;
+  if (sharded_scaler_) {
+    skip = sharded_scaler_->should_skip();
+  } else {
+    skip = !std::isfinite(norm.item<double>());
+    if (skip && args_.rank == 0) {
+      std::cerr << "enginery fsdp: grad norm is not finite (" << norm.item<double>()
+                << "); skipping this optimizer step on every rank\n";
+    }
+  }
+  if (!skip) optimizer_->step(lr_scheduler_->lr());
+  if (sharded_scaler_) sharded_scaler_->update();
+  return norm;
+}
+
+double FSDPEngine::lr_scheduler_step() {
+  if (!lr_scheduler_) {
+    throw EngineryError("lr_scheduler_step before initialize()", "fsdp engine, rank " + std::to_string(args_.rank));
+  }
+  return lr_scheduler_->step();
+}
+
+}  // namespace fsdp
+}  // namespace enginery

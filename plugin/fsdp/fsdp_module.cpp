@@ -1,0 +1,129 @@
+#include "plugin/fsdp/fsdp_module.h"
+
+#include <atomic>
+#include <set>
+
+#include "host_api/error.h"
+
+namespace enginery {
+namespace fsdp {
+namespace {
+
+c10::intrusive_ptr<compat::CommGroup> make_subgroup(const EngineArgs& args, const std::string& prefix, int rank,
+                                                    int size) {
+  if (size == 1) return {};
+  if (!args.store) {
+    throw EngineryError("HSDP needs EngineArgs.store to build its subgroups", "engine.fsdp_size, rank " +
+                                                                                   std::to_string(args.rank));
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, args.store);
+  return args.device == "cuda" ? compat::make_nccl_group(store, rank, size)
+                               : compat::make_gloo_group(store, rank, size);
+}
+
+}  // namespace
+
+DpGroups DpGroups::create(const EngineArgs& args, int64_t fsdp_size) {
+  const int64_t world = args.world_size, rank = args.rank;
+  DpGroups g;
+  g.world = std::make_shared<Collectives>(args.world_group, rank, world);
+  if (fsdp_size <= 0 || fsdp_size == world) {
+    g.shard = g.world;
+    g.replicate = std::make_shared<Collectives>(c10::intrusive_ptr<compat::CommGroup>(), 0, 1);
+    return g;
+  }
+  if (world % fsdp_size != 0) {
+    throw EngineryError("fsdp_size " + std::to_string(fsdp_size) + " does not divide the data-parallel size " +
+                            std::to_string(world),
+                        "engine.fsdp_size", "-1 or a divisor of the world size");
+  }
+  // Subgroups only involve their members, so each rank creates just its own two; the prefix keeps several engines
+  // in one process (actor and critic) apart — every rank builds its engines in the same order.
+  static std::atomic<int> instance{0};
+  const std::string base = "enginery_fsdp/" + std::to_string(instance++) + "/";
+  const int64_t shard_index = rank / fsdp_size, replica_index = rank % fsdp_size;
+  const int64_t num_replicas = world / fsdp_size;
+  g.shard = std::make_shared<Collectives>(
+      make_subgroup(args, base + "shard/" + std::to_string(shard_index), rank % fsdp_size, fsdp_size),
+      rank % fsdp_size, fsdp_size);
+  g.replicate = std::make_shared<Collectives>(
+      make_subgroup(args, base + "replicate/" + std::to_string(replica_index), rank / fsdp_size, num_replicas),
+      rank / fsdp_size, num_replicas);
+  return g;
+}
+
+FsdpModule::FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups groups, FsdpOptions options,
+                       const torch::Device& device)
+    : model_(std::move(model)), groups_(std::move(groups)), options_(std::move(options)) {
+  torch::NoGradGuard no_grad;
+  // Every parameter must belong to exactly one unit; a shared one (tied head) is owned by its first unit.
+  std::set<const void*> owned;
+  auto model_units = model_->units();
+  units_.reserve(model_units.size());
+  for (const auto& unit : model_units) {
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> params;
+    for (const auto& item : unit.module->named_parameters(/*recurse=*/true)) {
+      if (!owned.insert(item.value().unsafeGetTensorImpl()).second) continue;
+      names.push_back(unit.name + "." + item.key());
+      params.push_back(item.value());
+    }
+    units_.emplace_back(unit.name, std::move(names), std::move(params), options_.strategy, options_.precision,
+                        groups_.shard.get(), groups_.replicate.get(), device);
+  }
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+    if (owned.count(item.value().unsafeGetTensorImpl()) == 0) {
+      throw EngineryError("parameter '" + item.key() + "' belongs to no unit of the model",
+                          "fsdp sharding, model type " + model_->hf_model_type());
+    }
+  }
+  for (auto& buffer : model_->buffers(/*recurse=*/true)) {
+    if (buffer.is_floating_point()) buffer.set_data(buffer.to(device, options_.buffer_dtype));
+  }
+  // Start sharded: nothing stays gathered between steps.
+  for (auto& u : units_) u.reshard();
+}
+
+FsdpModule::~FsdpModule() = default;
+
+void FsdpModule::pre_forward(size_t unit) {
+  units_.at(unit).unshard();
+}
+
+void FsdpModule::post_forward(size_t unit, const std::vector<torch::Tensor>& outputs) {
+  if (!options_.reshard_after_forward || unit == 0 || unit + 1 == units_.size()) return;
+  units_[unit].reshard();
+  if (!torch::GradMode::is_enabled()) return;
+  // Gather again just before this unit's backward: the gradient of its outputs arrives first.
+  for (const auto& out : outputs) {
+    if (!out.defined() || !out.requires_grad()) continue;
+    FsdpUnit* u = &units_[unit];
+    out.register_hook([u](const torch::Tensor&) { u->unshard(); });
+  }
+}
+
+void FsdpModule::after_forward_only() {
+  for (auto& u : units_) u.reshard();
+}
+
+void FsdpModule::after_backward(bool sync) {
+  // A unit whose outputs got no gradient (unused this step) may still be sharded; unshard() is then a no-op for
+  // the rest, and reduce_grads packs zeros for it, so every rank issues the same collectives.
+  for (auto& u : units_) {
+    if (sync) u.reduce_grads();
+    u.reshard();
+  }
+}
+
+void FsdpModule::zero_grad() {
+  for (auto& u : units_) {
+    u.zero_shard_grad();
+    for (const auto& p : u.params()) {
+      auto& g = const_cast<torch::Tensor&>(p).mutable_grad();
+      g.reset();
+    }
+  }
+}
+
+}  // namespace fsdp
+}  // namespace enginery

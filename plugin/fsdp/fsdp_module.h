@@ -1,0 +1,65 @@
+#pragma once
+// The sharded model: one FsdpUnit per models::Unit, the process groups, and the UnitHooks the model calls around
+// each unit (DESIGN §5 steps 1-2). Unit 0 (embeddings) is FSDP2's root: gathered at the start of the forward and
+// resharded only when the backward is done, which keeps tied embeddings valid for the head. The last unit is not
+// resharded after forward either: its backward comes first.
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host_api/base_engine.h"
+#include "models/decoder_model.h"
+#include "plugin/fsdp/collectives.h"
+#include "plugin/fsdp/fsdp_export.h"
+#include "plugin/fsdp/fsdp_unit.h"
+
+namespace enginery {
+namespace fsdp {
+
+struct FsdpOptions {
+  std::string strategy = "fsdp2";  // "fsdp" | "fsdp2"
+  UnitPrecision precision;
+  c10::ScalarType buffer_dtype = c10::kFloat;
+  bool reshard_after_forward = true;
+};
+
+// The data-parallel process groups: world (all DP ranks), shard (within an HSDP group), replicate (across them).
+struct ENGINERY_FSDP_API DpGroups {
+  // fsdp_size <= 0 or == world size: plain FSDP (shard over everything, no replicas).
+  static DpGroups create(const EngineArgs& args, int64_t fsdp_size);
+  std::shared_ptr<Collectives> world;
+  std::shared_ptr<Collectives> shard;
+  std::shared_ptr<Collectives> replicate;  // size 1 without HSDP
+};
+
+class ENGINERY_FSDP_API FsdpModule : public models::UnitHooks {
+ public:
+  FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups groups, FsdpOptions options,
+             const torch::Device& device);
+  ~FsdpModule() override;
+
+  void pre_forward(size_t unit) override;
+  void post_forward(size_t unit, const std::vector<torch::Tensor>& outputs) override;
+
+  // After a forward without backward (no-grad or forward_only): reshard everything.
+  void after_forward_only();
+  // After backward: with `sync`, reduce every unit's full grads into the shard grads; then reshard every unit.
+  // Without `sync` (an earlier micro-batch) the full grads stay and keep accumulating, as FSDP's no_sync.
+  void after_backward(bool sync);
+
+  void zero_grad();  // shard grads and any leftover full grads
+  std::vector<FsdpUnit>& units() { return units_; }
+  const DpGroups& groups() const { return groups_; }
+  const FsdpOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<models::DecoderModel> model_;
+  DpGroups groups_;
+  FsdpOptions options_;
+  std::vector<FsdpUnit> units_;
+};
+
+}  // namespace fsdp
+}  // namespace enginery

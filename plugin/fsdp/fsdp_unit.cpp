@@ -1,0 +1,131 @@
+#include "plugin/fsdp/fsdp_unit.h"
+
+#include <c10/core/DeviceGuard.h>
+
+#include "host_api/error.h"
+
+namespace enginery {
+namespace fsdp {
+namespace {
+
+// FSDP2's trick: the tensor objects stay (autograd and the model hold them), only their storage comes and goes.
+void resize_storage(const torch::Tensor& t, size_t nbytes) {
+  c10::OptionalDeviceGuard guard(t.device());
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  if (impl->nbytes() == nbytes) return;
+  impl->set_data_ptr(impl->allocator()->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+}
+
+size_t full_nbytes(const torch::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+}  // namespace
+
+FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
+                   const std::string& strategy, UnitPrecision precision, const Collectives* shard_group,
+                   const Collectives* replicate_group, const torch::Device& device)
+    : name_(std::move(name)),
+      param_names_(std::move(param_names)),
+      params_(std::move(params)),
+      precision_(precision),
+      shard_group_(shard_group),
+      replicate_group_(replicate_group),
+      device_(device) {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<torch::Tensor> full_fp32;
+  for (const auto& p : params_) {
+    shapes.push_back(p.sizes().vec());
+    full_fp32.push_back(p.detach().to(device_, torch::kFloat));
+  }
+  layout_ = ShardLayout::create(strategy, std::move(shapes), shard_group_->size());
+  const int64_t s = layout_->shard_numel();
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
+  auto packed = torch::empty({shard_group_->size() * s}, fp32);
+  layout_->pack(full_fp32, packed);
+  shard_ = packed.narrow(0, shard_group_->rank() * s, s).clone();
+  shard_grad_ = torch::zeros({s}, fp32);
+
+  // The module's parameters become the full parameters in param_dtype: views of the gathered buffer (fsdp) or
+  // tensors of their own (fsdp2). Their current values are the full values, so the unit starts unsharded.
+  torch::NoGradGuard no_grad;
+  const auto pdt = torch::TensorOptions().dtype(precision_.param_dtype).device(device_);
+  if (layout_->aliases_packed()) {
+    gathered_ = packed.to(precision_.param_dtype);
+    auto views = layout_->unpack(gathered_);
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(views[i]);
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(full_fp32[i].to(pdt).clone());
+  }
+  state_ = State::kUnsharded;
+}
+
+void FsdpUnit::free_full_storage() {
+  if (layout_->aliases_packed()) {
+    resize_storage(gathered_, 0);
+  } else {
+    for (auto& p : params_) resize_storage(p, 0);
+  }
+}
+
+void FsdpUnit::alloc_full_storage() {
+  if (layout_->aliases_packed()) {
+    resize_storage(gathered_, full_nbytes(gathered_));
+  } else {
+    for (auto& p : params_) resize_storage(p, full_nbytes(p));
+  }
+}
+
+void FsdpUnit::unshard() {
+  if (state_ == State::kUnsharded) return;
+  torch::NoGradGuard no_grad;
+  alloc_full_storage();
+  auto local = shard_.to(precision_.param_dtype);
+  if (layout_->aliases_packed()) {
+    shard_group_->all_gather_into(gathered_, local);
+  } else {
+    auto gathered = torch::empty({layout_->world() * layout_->shard_numel()}, local.options());
+    shard_group_->all_gather_into(gathered, local);
+    auto full = layout_->unpack(gathered);
+    // variable_data(): a fresh version counter, so refilling a parameter that autograd saved is not an in-place
+    // modification in its eyes (the saved tensor and this one share the storage we just refilled).
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].variable_data().copy_(full[i]);
+  }
+  state_ = State::kUnsharded;
+}
+
+void FsdpUnit::reshard() {
+  if (state_ == State::kSharded) return;
+  free_full_storage();
+  state_ = State::kSharded;
+}
+
+bool FsdpUnit::has_full_grads() const {
+  for (const auto& p : params_) {
+    if (p.grad().defined()) return true;
+  }
+  return false;
+}
+
+void FsdpUnit::reduce_grads() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params_) grads.push_back(p.grad());
+  const int64_t s = layout_->shard_numel();
+  const auto rdt = torch::TensorOptions().dtype(precision_.reduce_dtype).device(device_);
+  auto packed = torch::empty({layout_->world() * s}, rdt);
+  layout_->pack(grads, packed);
+  for (auto& p : params_) p.mutable_grad().reset();  // free the full grads before the shard buffers grow
+  auto reduced = torch::empty({s}, rdt);
+  shard_group_->reduce_scatter_into(reduced, packed);
+  if (replicate_group_ != nullptr && replicate_group_->size() > 1) replicate_group_->all_reduce(reduced);
+  shard_grad_.add_(reduced.to(torch::kFloat));
+}
+
+std::vector<torch::Tensor> FsdpUnit::gather_full_master() const {
+  auto gathered = torch::empty({layout_->world() * layout_->shard_numel()}, shard_.options());
+  shard_group_->all_gather_into(gathered, shard_);
+  return layout_->unpack(gathered);
+}
+
+}  // namespace fsdp
+}  // namespace enginery

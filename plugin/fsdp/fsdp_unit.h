@@ -1,0 +1,73 @@
+#pragma once
+// One FSDP unit (a decoder layer, the embeddings, the head): its fp32 master shard, its fp32 shard gradient and the
+// life cycle of its full parameters, with FSDP2's named stages: unshard (cast + all-gather), reshard (free the
+// storage, keeping the tensor objects the model holds), reduce_grads (pack full grads in reduce_dtype,
+// reduce-scatter, all-reduce across HSDP replicas, accumulate into the fp32 shard gradient, free full grads).
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plugin/fsdp/collectives.h"
+#include "plugin/fsdp/fsdp_export.h"
+#include "plugin/fsdp/shard_layout.h"
+
+namespace enginery {
+namespace fsdp {
+
+struct UnitPrecision {
+  c10::ScalarType param_dtype = c10::kBFloat16;
+  c10::ScalarType reduce_dtype = c10::kFloat;
+};
+
+class ENGINERY_FSDP_API FsdpUnit {
+ public:
+  enum class State { kSharded, kUnsharded };
+
+  // `params` are the module's own parameter tensors (with their names); from here on they hold the full
+  // parameters in param_dtype whenever the unit is unsharded and have no storage when it is sharded.
+  // `shard_group` shards; `replicate_group` (may be null) all-reduces gradients across HSDP replicas.
+  FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
+           const std::string& strategy, UnitPrecision precision, const Collectives* shard_group,
+           const Collectives* replicate_group, const torch::Device& device);
+
+  const std::string& name() const { return name_; }
+  State state() const { return state_; }
+  const std::vector<std::string>& param_names() const { return param_names_; }
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  const ShardLayout& layout() const { return *layout_; }
+
+  void unshard();
+  void reshard();
+  // Gradient reduction of this unit's full gradients (collective over the shard and replicate groups).
+  void reduce_grads();
+  bool has_full_grads() const;
+
+  torch::Tensor& shard() { return shard_; }            // fp32 [S], this rank's master parameters
+  torch::Tensor& shard_grad() { return shard_grad_; }  // fp32 [S]
+  void zero_shard_grad() { shard_grad_.zero_(); }
+
+  // Full fp32 parameters gathered from the master shards (collective), in param_names() order.
+  std::vector<torch::Tensor> gather_full_master() const;
+
+ private:
+  void free_full_storage();
+  void alloc_full_storage();
+
+  std::string name_;
+  std::vector<std::string> param_names_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<ShardLayout> layout_;
+  UnitPrecision precision_;
+  const Collectives* shard_group_;
+  const Collectives* replicate_group_;
+  torch::Device device_;
+  torch::Tensor shard_;
+  torch::Tensor shard_grad_;
+  torch::Tensor gathered_;  // [world * S] in param_dtype; fsdp: the full parameters are views of it
+  State state_ = State::kUnsharded;
+};
+
+}  // namespace fsdp
+}  // namespace enginery

@@ -1,0 +1,35 @@
+#pragma once
+// verl's schedules (verl/utils/torch_functional.py): constant with linear warmup, and cosine with warmup, a floor
+// (min_lr_ratio) and num_cycles. The multiplier follows LambdaLR: lr(step) = base_lr * lambda(step), step 0 at
+// construction, +1 per step().
+#include <cstdint>
+
+#include "host_api/config.h"
+#include "plugin/fsdp/fsdp_export.h"
+
+namespace enginery {
+namespace fsdp {
+
+class ENGINERY_FSDP_API LrScheduler {
+ public:
+  explicit LrScheduler(const OptimizerConfig& config);  // throws on an unknown lr_scheduler_type
+
+  double lr() const;        // for the current step
+  double step();            // advance, return the new lr
+  int64_t current_step() const { return step_; }
+  void set_current_step(int64_t step) { step_ = step; }
+  int64_t warmup_steps() const { return warmup_; }
+  double multiplier(int64_t step) const;
+
+ private:
+  double base_lr_;
+  bool cosine_;
+  int64_t warmup_;
+  int64_t total_;
+  double min_lr_ratio_;
+  double num_cycles_;
+  int64_t step_ = 0;
+};
+
+}  // namespace fsdp
+}  // namespace enginery

@@ -1,0 +1,164 @@
+// The regression of the original bug (an engine hard-coded bf16 autocast and left fp16 without loss scaling):
+// the engine's autocast dtype and grad scaler follow mixed_precision.param_dtype for both strategies, and the
+// forward really computes in that dtype.
+#include <gtest/gtest.h>
+
+#include "host_api/error.h"
+#include "host_api/precision.h"
+#include "tests/fsdp/fsdp_test_util.h"
+
+namespace enginery {
+namespace fsdp_test {
+namespace {
+
+TinyConfig tiny() { return TinyConfig{}; }
+
+class PrecisionTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PrecisionTest, AutocastDtypeAndScalerFollowParamDtype) {
+  const std::string strategy = GetParam();
+  struct Case {
+    std::string param_dtype;
+    c10::ScalarType expected;
+    bool scaler;
+  };
+  for (const Case& c : {Case{"bf16", c10::kBFloat16, false}, Case{"fp32", c10::kFloat, false},
+                        Case{"fp16", c10::kHalf, true}}) {
+    SCOPED_TRACE(strategy + " param_dtype=" + c.param_dtype);
+    fsdp::FSDPEngine engine(make_args(strategy, c.param_dtype), tiny_builder(tiny()));
+    if (!compat::autocast_supported(c10::DeviceType::CPU, c.expected)) {
+      // This build cannot compute in the dtype on CPU: initialize() must say so, never fall back.
+      try {
+        engine.initialize();
+        ADD_FAILURE() << "initialize() accepted " << c.param_dtype << " on a CPU that cannot compute in it";
+      } catch (const EngineryError& e) {
+        EXPECT_NE(std::string(e.what()).find("cannot compute in fp16 on cpu"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("engine.mixed_precision.param_dtype"), std::string::npos) << e.what();
+      }
+      // What build_fsdp_module resolved before the check still tells the truth.
+      EXPECT_EQ(engine.autocast_dtype(), c.expected);
+      EXPECT_EQ(engine.grad_scaler() != nullptr, c.scaler);
+      continue;
+    }
+    engine.initialize();
+    EXPECT_EQ(engine.autocast_dtype(), c.expected);
+    EXPECT_EQ(engine.grad_scaler() != nullptr, c.scaler);
+    if (c.scaler) {
+      EXPECT_EQ(engine.grad_scaler()->growth_interval(), 400);
+      EXPECT_EQ(engine.grad_scaler()->current_scale(), 65536.0);
+    }
+  }
+}
+
+TEST_P(PrecisionTest, AbsentMixedPrecisionMeansBf16WithoutScaler) {
+  auto args = make_args(GetParam(), "fp32");
+  args.engine.mixed_precision.reset();
+  fsdp::FSDPEngine engine(args, tiny_builder(tiny()));
+  engine.initialize();
+  EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
+  EXPECT_EQ(engine.param_dtype(), c10::kBFloat16);
+  EXPECT_EQ(engine.reduce_dtype(), c10::kFloat);
+  EXPECT_EQ(engine.grad_scaler(), nullptr);
+}
+
+TEST_P(PrecisionTest, ScalerSettingsAreConfigurable) {
+  auto args = make_args(GetParam(), "fp32");
+  args.engine.grad_scaler.enabled = "always";
+  args.engine.grad_scaler.growth_interval = 7;
+  args.engine.grad_scaler.init_scale = 8.0;
+  args.engine.grad_scaler.backoff_factor = 0.25;
+  fsdp::FSDPEngine engine(args, tiny_builder(tiny()));
+  engine.initialize();
+  ASSERT_NE(engine.grad_scaler(), nullptr);
+  EXPECT_EQ(engine.grad_scaler()->growth_interval(), 7);
+  EXPECT_EQ(engine.grad_scaler()->current_scale(), 8.0);
+  EXPECT_EQ(engine.grad_scaler()->backoff_factor(), 0.25);
+  EXPECT_EQ(engine.autocast_dtype(), c10::kFloat);
+}
+
+TEST_P(PrecisionTest, UnknownPrecisionIsAnError) {
+  fsdp::FSDPEngine engine(make_args(GetParam(), "fp8"), tiny_builder(tiny()));
+  try {
+    engine.initialize();
+    FAIL() << "fp8 accepted";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected precision: fp8"), std::string::npos) << e.what();
+  }
+}
+
+// The matmul outputs inside the forward carry the compute dtype: bf16 under bf16 autocast, fp32 with none.
+TEST_P(PrecisionTest, ForwardComputesInTheDtype) {
+  for (const std::string dtype : {"bf16", "fp32"}) {
+    SCOPED_TRACE(GetParam() + " " + dtype);
+    std::shared_ptr<TinyDecoder> model;
+    fsdp::FSDPEngine engine(make_args(GetParam(), dtype), tiny_builder(tiny(), &model));
+    engine.initialize();
+    std::vector<c10::ScalarType> seen;
+    model->probe = [&](size_t unit, const torch::Tensor& t) {
+      if (unit > 0) seen.push_back(t.scalar_type());
+    };
+    Batch b = make_batch(2, 8, 64, 1);
+    LossContext ctx;
+    ctx.global_num_tokens = target_tokens(b);
+    auto [loss, out] = engine.forward_step(b, sft_loss, ctx, /*forward_only=*/false);
+    const auto expected = PrecisionType::to_dtype(dtype);
+    ASSERT_EQ(seen.size(), 3u);  // two layers and the head
+    for (auto s : seen) EXPECT_EQ(s, expected);
+    // Autocast is off again after the forward, and the loss is finite.
+    EXPECT_FALSE(compat::autocast_enabled(c10::DeviceType::CPU));
+    EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, PrecisionTest, ::testing::Values("fsdp", "fsdp2"));
+
+// A subclass that takes its own build path (as the VeOmni engine does) and never calls build_fsdp_module.
+class OwnPathEngine : public fsdp::FSDPEngine {
+ public:
+  using FSDPEngine::FSDPEngine;
+  void initialize() override { model_ = build_model(); }
+};
+
+TEST(PrecisionSubclass, SkippingBuildFsdpModuleKeepsBf16AndNoScaler) {
+  std::shared_ptr<TinyDecoder> model;
+  auto args = make_args("fsdp2", "fp16");  // never read: the subclass skips the base's build
+  OwnPathEngine engine(args, tiny_builder(tiny(), &model));
+  EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
+  EXPECT_EQ(engine.grad_scaler(), nullptr);
+  engine.initialize();
+  EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
+  EXPECT_EQ(engine.grad_scaler(), nullptr);
+  std::vector<c10::ScalarType> seen;
+  model->probe = [&](size_t unit, const torch::Tensor& t) {
+    if (unit > 0) seen.push_back(t.scalar_type());
+  };
+  Batch b = make_batch(2, 8, 64, 2);
+  LossContext ctx;
+  ctx.global_num_tokens = target_tokens(b);
+  auto [loss, out] = engine.forward_step(b, sft_loss, ctx, /*forward_only=*/false);
+  ASSERT_FALSE(seen.empty());
+  for (auto s : seen) EXPECT_EQ(s, c10::kBFloat16);
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  // Its (unsharded, fp32) parameters got gradients.
+  for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
+}
+
+TEST(PrecisionDefaults, BaseConstructorSetsBf16AndNoScaler) {
+  fsdp::FSDPEngine engine(make_args("fsdp", "fp16"), tiny_builder(tiny()));
+  EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
+  EXPECT_EQ(engine.grad_scaler(), nullptr);
+}
+
+TEST(ModelFactory, WithoutBuilderTheErrorNamesTheMissingFactory) {
+  fsdp::FSDPEngine engine(make_args("fsdp", "fp32"));
+  try {
+    engine.initialize();
+    FAIL() << "initialize() without a model factory succeeded";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("no model factory"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fsdp_test
+}  // namespace enginery
