@@ -2,6 +2,7 @@
 
 #include "host_api/error.h"
 #include "host_api/precision.h"
+#include "models/model_factory.h"
 
 namespace enginery {
 namespace fsdp {
@@ -38,9 +39,10 @@ void FSDPEngine::initialize() {
 
 std::shared_ptr<models::DecoderModel> FSDPEngine::build_model() {
   if (model_builder_) return model_builder_(args_);
-  // TODO(integrator): return models::build_model(args_.model, args_.model_type) once models/ has its factory.
-  throw EngineryError("no model factory: the models library has no build_model yet and no ModelBuilder was given",
-                      where(args_, "model.path = " + args_.model.path));
+  models::BuildOptions options;
+  options.device = device_;
+  options.seed = args_.engine.seed;
+  return models::build_model(args_.model, args_.model_type, options);
 }
 
 void FSDPEngine::build_fsdp_module() {
