@@ -16,6 +16,11 @@
 #ifdef ENGINERY_HAS_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+#ifdef ENGINERY_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+#include <torch/cuda.h>
 
 #define ENGINERY_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -75,6 +80,38 @@ inline c10::intrusive_ptr<CommGroup> make_nccl_group(const c10::intrusive_ptr<c1
 #else
   (void)store, (void)rank, (void)size;
   TORCH_CHECK(false, "enginery was built without NCCL (configure with -DENGINERY_WITH_NCCL=ON against a CUDA LibTorch)");
+#endif
+}
+
+// ---- CUDA device and memory ----------------------------------------------------------------------------------
+// Same calls in 1.13 and 2.x, but only declared in CUDA builds; CPU builds get no-ops.
+inline void cuda_set_device(int64_t index) {
+#ifdef ENGINERY_WITH_CUDA
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+#else
+  (void)index;
+#endif
+}
+
+inline void device_synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+inline void cuda_reset_peak_memory() {
+#ifdef ENGINERY_WITH_CUDA
+  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+#endif
+}
+
+// Peak bytes held by tensors on the current device since the last reset (allocated, not reserved: the figure
+// torch.cuda.max_memory_allocated reports). Index 0 of the stat arrays is the aggregate over pool kinds.
+inline double cuda_peak_allocated_gib() {
+#ifdef ENGINERY_WITH_CUDA
+  if (!torch::cuda::is_available()) return 0.0;
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  return static_cast<double>(stats.allocated_bytes[0].peak) / (1024.0 * 1024.0 * 1024.0);
+#else
+  return 0.0;
 #endif
 }
 
