@@ -84,6 +84,40 @@ FsdpModule::FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups gro
   for (auto& u : units_) u.reshard();
 }
 
+FsdpModule::FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups groups, FsdpOptions options,
+                       const torch::Device& device, const ShardSource& source)
+    : model_(std::move(model)), groups_(std::move(groups)), options_(std::move(options)) {
+  torch::NoGradGuard no_grad;
+  std::set<const void*> owned;
+  auto model_units = model_->units();
+  units_.reserve(model_units.size());
+  for (size_t i = 0; i < model_units.size(); ++i) {
+    const auto& unit = model_units[i];
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> params;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const auto& item : unit.module->named_parameters(/*recurse=*/true)) {
+      if (!owned.insert(item.value().unsafeGetTensorImpl()).second) continue;
+      names.push_back(unit.name + "." + item.key());
+      params.push_back(item.value());
+      shapes.push_back(item.value().sizes().vec());
+    }
+    auto layout = ShardLayout::create(options_.strategy, std::move(shapes), groups_.shard->size());
+    torch::Tensor shard = source(i, params, *layout);
+    units_.emplace_back(unit.name, std::move(names), std::move(params), std::move(shard), options_.strategy,
+                        options_.precision, groups_.shard.get(), groups_.replicate.get(), device);
+  }
+  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
+    if (owned.count(item.value().unsafeGetTensorImpl()) == 0) {
+      throw EngineryError("parameter '" + item.key() + "' belongs to no unit of the model",
+                          "fsdp sharding, model type " + model_->hf_model_type());
+    }
+  }
+  for (auto& buffer : model_->buffers(/*recurse=*/true)) {
+    if (buffer.is_floating_point()) buffer.set_data(buffer.to(device, options_.buffer_dtype));
+  }
+}
+
 FsdpModule::~FsdpModule() = default;
 
 void FsdpModule::pre_forward(size_t unit) {

@@ -2,6 +2,8 @@
 
 #include <c10/core/DeviceGuard.h>
 
+#include <cmath>
+
 #include "host_api/error.h"
 
 namespace enginery {
@@ -57,6 +59,47 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::
     for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(full_fp32[i].to(pdt).clone());
   }
   state_ = State::kUnsharded;
+}
+
+FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
+                   torch::Tensor shard, const std::string& strategy, UnitPrecision precision,
+                   const Collectives* shard_group, const Collectives* replicate_group, const torch::Device& device)
+    : name_(std::move(name)),
+      param_names_(std::move(param_names)),
+      params_(std::move(params)),
+      precision_(precision),
+      shard_group_(shard_group),
+      replicate_group_(replicate_group),
+      device_(device) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& p : params_) shapes.push_back(p.sizes().vec());
+  layout_ = ShardLayout::create(strategy, std::move(shapes), shard_group_->size());
+  const int64_t s = layout_->shard_numel();
+  if (shard.numel() != s) {
+    throw EngineryError("unit '" + name_ + "' got a shard of " + std::to_string(shard.numel()) +
+                            " elements, its layout needs " + std::to_string(s),
+                        "fsdp unit from shard, rank " + std::to_string(shard_group_->rank()));
+  }
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
+  shard_ = shard.reshape({s}).to(fp32).clone();
+  shard_grad_ = torch::zeros({s}, fp32);
+
+  // Metadata only: tensors of the full shapes whose storage has zero bytes (the sharded state).
+  torch::NoGradGuard no_grad;
+  const auto pdt = torch::TensorOptions().dtype(precision_.param_dtype).device(device_);
+  auto storage_less = [&](const std::vector<int64_t>& shape) {
+    auto t = torch::empty({0}, pdt);
+    t.unsafeGetTensorImpl()->set_sizes_contiguous(shape);
+    return t;
+  };
+  if (layout_->aliases_packed()) {
+    gathered_ = storage_less({layout_->world() * s});
+    auto views = layout_->unpack(gathered_);
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(views[i]);
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(storage_less(layout_->shape(i)));
+  }
+  state_ = State::kSharded;
 }
 
 void FsdpUnit::free_full_storage() {
@@ -115,10 +158,17 @@ void FsdpUnit::reduce_grads() {
   auto packed = torch::empty({layout_->world() * s}, rdt);
   layout_->pack(grads, packed);
   for (auto& p : params_) p.mutable_grad().reset();  // free the full grads before the shard buffers grow
+  // fp16 sums can overflow: divide by about sqrt(ranks) before the reduction and multiply back after (DESIGN §4);
+  // the result is still the SUM over ranks.
+  const int64_t ranks = shard_group_->size() * (replicate_group_ != nullptr ? replicate_group_->size() : 1);
+  const double prediv = precision_.reduce_dtype == c10::kHalf && ranks > 1 ? std::sqrt(static_cast<double>(ranks)) : 1.0;
+  if (prediv != 1.0) packed.div_(prediv);
   auto reduced = torch::empty({s}, rdt);
   shard_group_->reduce_scatter_into(reduced, packed);
   if (replicate_group_ != nullptr && replicate_group_->size() > 1) replicate_group_->all_reduce(reduced);
-  shard_grad_.add_(reduced.to(torch::kFloat));
+  auto reduced_fp32 = reduced.to(torch::kFloat);
+  if (prediv != 1.0) reduced_fp32.mul_(prediv);
+  shard_grad_.add_(reduced_fp32);
 }
 
 std::vector<torch::Tensor> FsdpUnit::gather_full_master() const {
