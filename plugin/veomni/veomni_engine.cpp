@@ -1,0 +1,169 @@
+#include "plugin/veomni/veomni_engine.h"
+
+#include "host_api/error.h"
+#include "host_api/precision.h"
+#include "models/causal_lm.h"
+#include "models/model_args.h"
+
+namespace enginery {
+namespace veomni {
+namespace {
+
+const std::string kBuiltin = "builtin:";
+
+// A tensor of `shape` whose storage has no bytes: what a parameter of a rank that holds no weights looks like.
+torch::Tensor storage_less(const torch::Tensor& like) {
+  auto t = torch::empty({0}, like.options());
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(like.sizes());
+  return t;
+}
+
+}  // namespace
+
+VeOmniEngine::VeOmniEngine(EngineArgs args) : FSDPEngine(std::move(args)), settings_(parse_settings(args_.engine)) {
+  validate_precision();
+}
+
+std::string VeOmniEngine::where(const std::string& field) const {
+  return "veomni engine, rank " + std::to_string(args_.rank) + ", " + field;
+}
+
+void VeOmniEngine::validate_precision() const {
+  // Every dtype knob is honoured or rejected, never ignored.
+  const MixedPrecisionConfig mp = args_.engine.mixed_precision.value_or(MixedPrecisionConfig{});
+  const auto param = PrecisionType::to_dtype(mp.param_dtype);
+  PrecisionType::to_dtype(mp.reduce_dtype);
+  PrecisionType::to_dtype(mp.buffer_dtype);
+  if (param == c10::kHalf) {
+    throw EngineryError("veomni computes in bf16 or fp32 and has no grad scaler; fp16 needs the fsdp2 backend",
+                        where("engine.mixed_precision.param_dtype"), "bf16, fp32");
+  }
+  if (!settings_.mixed_precision && param != c10::kBFloat16) {
+    throw EngineryError("engine.veomni.mixed_precision = false means bf16 weights and bf16 compute, which "
+                            "contradicts param_dtype " + mp.param_dtype +
+                            "; use engine.veomni.mixed_precision = true for fp32 master weights",
+                        where("engine.mixed_precision.param_dtype"), "bf16 (with engine.veomni.mixed_precision = false)");
+  }
+  const std::string& enabled = args_.engine.grad_scaler.enabled;
+  if (enabled != "auto" && enabled != "never") {
+    throw EngineryError("veomni has no grad scaler (it never computes in fp16); got '" + enabled + "'",
+                        where("engine.grad_scaler.enabled"), "auto, never");
+  }
+  if (args_.engine.fsdp_size > 0 && args_.engine.fsdp_size != args_.world_size) {
+    throw EngineryError("veomni shards over all data-parallel ranks (no HSDP); got fsdp_size " +
+                            std::to_string(args_.engine.fsdp_size),
+                        where("engine.fsdp_size"), "-1 or the world size (use the fsdp2 backend for HSDP)");
+  }
+}
+
+void VeOmniEngine::initialize() {
+  torch::manual_seed(static_cast<uint64_t>(args_.engine.seed));
+  model_ = build_model();
+  if (!model_) throw EngineryError("build_model() returned no model", where("model.path"));
+  parallelize();
+  check_precision_supported();
+  build_optimizer();
+  build_lr_scheduler();
+  set_training(training_);
+}
+
+std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
+  if (args_.rank == 0) {
+    built_full_weights_ = true;
+    return FSDPEngine::build_model();
+  }
+  // Structure only: LibTorch's C++ modules allocate their parameters when constructed (there is no meta-device
+  // context in C++), so the skeleton's storage is dropped at once; no weights are read or received here.
+  const models::HeadKind head = args_.model_type == "value_model" ? models::HeadKind::kValue
+                                                                   : models::HeadKind::kLanguageModel;
+  if (args_.model_type != "language_model" && args_.model_type != "value_model") {
+    throw EngineryError("unknown model type '" + args_.model_type + "'", where("model_type"),
+                        "language_model, value_model");
+  }
+  const std::string& path = args_.model.path;
+  const models::ModelArgs margs = path.rfind(kBuiltin, 0) == 0 ? models::builtin_args(path.substr(kBuiltin.size()))
+                                                                : models::read_hf_config(path);
+  auto model = std::make_shared<models::CausalLM>(margs, head);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.set_data(storage_less(p));
+  model->set_gradient_checkpointing(args_.model.enable_gradient_checkpointing);
+  return model;
+}
+
+torch::Tensor VeOmniEngine::scatter_shard(const std::vector<torch::Tensor>& params, const fsdp::ShardLayout& layout) {
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
+  const int64_t s = layout.shard_numel(), world = layout.world();
+  const fsdp::Collectives& group = *groups_.shard;
+  torch::Tensor shard;
+  if (world == 1) {
+    shard = torch::empty({s}, fp32);
+    layout.pack(params, shard);
+  } else {
+    shard = torch::empty({s}, fp32);
+    std::vector<at::Tensor> out{shard};
+    std::vector<std::vector<at::Tensor>> in;
+    torch::Tensor packed;
+    if (group.rank() == 0) {
+      packed = torch::empty({world * s}, fp32);
+      layout.pack(params, packed);
+      in.emplace_back();
+      for (int64_t r = 0; r < world; ++r) in.back().push_back(packed.narrow(0, r * s, s));
+    }
+    c10d::ScatterOptions opts;
+    opts.rootRank = 0;
+    group.group()->scatter(out, in, opts)->wait();
+  }
+  // bf16 weights: the masters start as the bf16 values the model would be loaded in.
+  if (!settings_.mixed_precision) shard = shard.to(torch::kBFloat16).to(torch::kFloat);
+  return shard;
+}
+
+void VeOmniEngine::parallelize() {
+  const MixedPrecisionConfig mp = args_.engine.mixed_precision.value_or(MixedPrecisionConfig{});
+  param_dtype_ = settings_.mixed_precision ? PrecisionType::to_dtype(mp.param_dtype) : c10::kBFloat16;
+  reduce_dtype_ = PrecisionType::to_dtype(mp.reduce_dtype);
+  buffer_dtype_ = PrecisionType::to_dtype(mp.buffer_dtype);
+  // bf16 weights leave the constructor's autocast dtype (bf16) as it is; fp32 masters compute in param_dtype.
+  if (settings_.mixed_precision) autocast_dtype_ = param_dtype_;
+  // No scaler in either mode: the constructor's null scaler_ stands.
+
+  fsdp::FsdpOptions options;
+  options.strategy = "fsdp2";  // VeOmni shards with FSDP2's per-parameter layout
+  options.precision.param_dtype = param_dtype_;
+  options.precision.reduce_dtype = reduce_dtype_;
+  options.buffer_dtype = buffer_dtype_;
+  options.reshard_after_forward = settings_.enable_full_shard;
+  groups_ = fsdp::DpGroups::create(args_, /*fsdp_size=*/-1);
+  torch::NoGradGuard no_grad;
+  fsdp_ = std::make_unique<fsdp::FsdpModule>(
+      model_, groups_, options, device_,
+      [this](size_t, const std::vector<torch::Tensor>& params, const fsdp::ShardLayout& layout) {
+        return scatter_shard(params, layout);
+      });
+}
+
+void VeOmniEngine::build_optimizer() {
+  if (args_.optim.optimizer != "AdamW") {
+    throw EngineryError("unknown optimizer '" + args_.optim.optimizer + "'", where("optim.optimizer"), "AdamW");
+  }
+  std::vector<torch::Tensor> params, grads;
+  for (auto& u : fsdp_->units()) {
+    params.push_back(u.shard());
+    grads.push_back(u.shard_grad());
+  }
+  optimizer_ = std::make_unique<fsdp::AdamW>(std::move(params), std::move(grads), args_.optim);
+}
+
+torch::Tensor VeOmniEngine::optimizer_step() {
+  auto norm = FSDPEngine::optimizer_step();
+  if (!settings_.mixed_precision) round_masters_to_bf16();
+  return norm;
+}
+
+void VeOmniEngine::round_masters_to_bf16() {
+  torch::NoGradGuard no_grad;
+  for (auto& u : fsdp_->units()) u.shard().copy_(u.shard().to(torch::kBFloat16));
+}
+
+}  // namespace veomni
+}  // namespace enginery
