@@ -2,7 +2,7 @@
 // FSDPEngine: trains a models::DecoderModel sharded across the data-parallel ranks (ZeRO-3, DESIGN §4-5).
 //
 // initialize() runs four steps a subclass can reshape (the VeOmni engine takes its own build path):
-//   build_model()          virtual: the model (the ModelBuilder given at construction, else the models factory)
+//   build_model()          virtual: the ModelBuilder given at construction, else models::build_model
 //   build_fsdp_module()    not virtual: resolves mixed_precision, sets autocast dtype and the scaler, shards
 //   build_optimizer()      virtual: AdamW over the fp32 master shards
 //   build_lr_scheduler()   virtual
