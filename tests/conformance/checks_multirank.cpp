@@ -51,8 +51,15 @@ void check_world_size_parity(const Target& target) {
   argv.push_back(base + ".json");
   const std::vector<RankResult> ranks = spawn_ranks(argv, kWorldSize, 180.0, base);
 
-  auto engine = make_engine(target, EngineSpec{});
-  const ParamList single = parity_run(*engine, target, 0, 1);
+  // The single-rank reference (after the ranks have finished); its error is reported after theirs.
+  ParamList single;
+  std::string single_error;
+  try {
+    auto engine = make_engine(target, EngineSpec{});
+    single = parity_run(*engine, target, 0, 1);
+  } catch (const std::exception& e) {
+    single_error = e.what();
+  }
 
   bool ranks_ok = true;
   for (const RankResult& rank : ranks) {
@@ -62,6 +69,7 @@ void check_world_size_parity(const Target& target) {
                     << rank.log;
     }
   }
+  ASSERT_EQ(single_error, "") << "the world-size-1 reference run failed";
   if (!ranks_ok) return;
   const ParamList multi = load_result(base + ".pt");
   ASSERT_EQ(multi.size(), single.size()) << "rank 0 wrote " << multi.size() << " entries";

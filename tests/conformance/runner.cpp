@@ -61,7 +61,9 @@ class ReportListener : public testing::EmptyTestEventListener {
       const testing::TestPartResult& part = result.GetTestPartResult(i);
       if ((line.status == "SKIP" && part.skipped()) || (line.status == "FAIL" && part.failed())) {
         std::string message = part.message();
-        if (message.rfind("Skipped\n", 0) == 0) message = message.substr(8);
+        for (const char* prefix : {"Skipped\n", "Failed\n"}) {
+          if (message.rfind(prefix, 0) == 0) message = message.substr(std::string(prefix).size());
+        }
         line.detail = first_lines(message, line.status == "FAIL" ? 6 : 1);
         break;
       }
@@ -180,7 +182,7 @@ int run_suite(const SuiteOptions& options) {
   std::cout << "\nconformance report (" << options.plugin_dir.string() << ", model " << options.model_path << ")\n";
   for (const ReportLine& line : report->lines) {
     (line.status == "PASS" ? passed : line.status == "FAIL" ? failed : skipped)++;
-    std::cout << "  " << line.status << "  " << std::left << std::setw(32) << line.suite << std::setw(30) << line.check
+    std::cout << "  " << line.status << "  " << std::left << std::setw(32) << line.suite << std::setw(34) << line.check
               << std::right << std::fixed << std::setprecision(1) << std::setw(6) << line.seconds << " s"
               << (line.detail.empty() ? "" : "  " + line.detail) << "\n";
   }
