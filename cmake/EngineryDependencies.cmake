@@ -24,6 +24,9 @@ endif()
 add_library(enginery_torch INTERFACE)
 target_link_libraries(enginery_torch INTERFACE ${TORCH_LIBRARIES})
 target_compile_options(enginery_torch INTERFACE ${TORCH_CXX_FLAGS})
+# PyTorch 2.x wheels export some std::filesystem symbols from libtorch.so (remove_all among them) that crash when
+# called from our code; libstdc++ first in DT_NEEDED makes the dynamic linker bind them to the real library.
+target_link_options(enginery_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 # c10d's headers hide the Gloo and NCCL process groups behind these macros; LibTorch's CMake config sets neither.
 # Gloo's headers ship with Debian's libgloo-dev but not with PyTorch's wheels; without them the CPU process group
 # is unavailable (the GPU build then runs NCCL only).
