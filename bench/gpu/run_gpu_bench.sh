@@ -11,7 +11,7 @@ steps=${BENCH_STEPS:-10}
 warmup=${BENCH_WARMUP:-3}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p "$out"
-scripts/gpu/build.sh build-gpu enginery_fsdp bench_engine_train >/dev/null
+scripts/gpu/build.sh build-gpu enginery_fsdp bench_engine_train > "$out/build.log" 2>&1
 for shape in $shapes; do
   dir=/tmp/bench-$shape
   [ -f $dir/tokens.bin ] || (cd bench/gpu && python3 make_bench_inputs.py --shape $shape --out-dir $dir)
@@ -20,7 +20,7 @@ for shape in $shapes; do
       --tokens $dir/tokens.bin --seq 4096 --mbs 2 --steps $steps --warmup $warmup $ac --out "$out/results.jsonl" \
       | tail -1 > /tmp/ref.json || echo '{}' > /tmp/ref.json
     fpt=$(python3 -c "import json;print(json.load(open('/tmp/ref.json')).get('flops_per_token',0))")
-    timeout 400 build-gpu/bin/bench_engine_train --model $dir --tokens $dir/tokens.bin --plugin-dir build-gpu/plugins \
+    timeout ${BENCH_ENGINE_TIMEOUT:-400} build-gpu/bin/bench_engine_train --model $dir --tokens $dir/tokens.bin --plugin-dir build-gpu/plugins \
       --device cuda --backend fsdp2 --seq 4096 --mbs 2 --steps $steps --warmup $warmup $ac \
       --flops-per-token "$fpt" --out "$out/results.jsonl.$shape" || echo "engine run failed: $shape $ac"
     [ -f "$out/results.jsonl.$shape" ] && sed "s/^{/{\"shape\":\"$shape\",/" "$out/results.jsonl.$shape" >> "$out/results.jsonl" && rm "$out/results.jsonl.$shape"
