@@ -149,16 +149,6 @@ TEST(PrecisionDefaults, BaseConstructorSetsBf16AndNoScaler) {
   EXPECT_EQ(engine.grad_scaler(), nullptr);
 }
 
-TEST(ModelFactory, WithoutBuilderTheErrorNamesTheMissingFactory) {
-  fsdp::FSDPEngine engine(make_args("fsdp", "fp32"));
-  try {
-    engine.initialize();
-    FAIL() << "initialize() without a model factory succeeded";
-  } catch (const EngineryError& e) {
-    EXPECT_NE(std::string(e.what()).find("no model factory"), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 }  // namespace fsdp_test
 }  // namespace enginery

@@ -87,9 +87,12 @@ inline double target_tokens(const Batch& b) {
 // Unsharded fp32 reference: same seed and model as the engine, torch::optim::AdamW, clip_grad_norm_.
 class Reference {
  public:
-  Reference(const TinyConfig& c, const EngineArgs& args) : args_(args) {
-    torch::manual_seed(static_cast<uint64_t>(args.engine.seed));
-    model_ = std::make_shared<TinyDecoder>(c);
+  Reference(const TinyConfig& c, const EngineArgs& args)
+      : Reference(args, [&] {
+          torch::manual_seed(static_cast<uint64_t>(args.engine.seed));
+          return std::make_shared<TinyDecoder>(c);
+        }()) {}
+  Reference(const EngineArgs& args, std::shared_ptr<models::DecoderModel> model) : args_(args), model_(std::move(model)) {
     torch::optim::AdamWOptions o(args.optim.lr);
     o.betas({args.optim.betas[0], args.optim.betas[1]}).eps(args.optim.eps).weight_decay(args.optim.weight_decay);
     opt_ = std::make_unique<torch::optim::AdamW>(model_->parameters(), o);
@@ -112,11 +115,11 @@ class Reference {
     return norm;
   }
 
-  std::shared_ptr<TinyDecoder> model() const { return model_; }
+  std::shared_ptr<models::DecoderModel> model() const { return model_; }
 
  private:
   EngineArgs args_;
-  std::shared_ptr<TinyDecoder> model_;
+  std::shared_ptr<models::DecoderModel> model_;
   std::unique_ptr<torch::optim::AdamW> opt_;
 };
 
