@@ -70,6 +70,7 @@ def main():
     else:
         with torch.device("cuda"):
             model = Qwen2ForCausalLM(cfg)
+    model.train()  # from_pretrained returns eval mode, where transformers skips activation checkpointing
     if args.ac:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
