@@ -29,7 +29,7 @@ class TempDir {
   }
   ~TempDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    enginery::compat::remove_all(path_, ec);
   }
   std::string str() const { return path_.string(); }
   std::string sub(const std::string& name) const { return (path_ / name).string(); }
