@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iostream>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "host_api/error.h"
 #include "trainer/checkpoint_state.h"
 #include "trainer/collectives.h"
