@@ -84,3 +84,32 @@ INSTANTIATE_TEST_SUITE_P(
 }  // namespace
 }  // namespace fsdp_test
 }  // namespace enginery
+
+namespace enginery {
+namespace fsdp_test {
+namespace {
+
+// reduce_dtype is the dtype of the gradient reduction: fp16 reduces (with pre/post division) to the fp32 sum up to
+// fp16 rounding, and differs from it — so the setting is really used.
+TEST(ShardingReduceDtype, Fp16ReductionIsCloseButNotExact) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    double norms[2];
+    for (int i = 0; i < 2; ++i) {
+      auto args = make_args("fsdp2", "fp32", ctx.rank, 2, ctx.group, ctx.store);
+      args.engine.mixed_precision->reduce_dtype = i == 0 ? "fp32" : "fp16";
+      fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
+      engine.initialize();
+      EXPECT_EQ(engine.reduce_dtype(), i == 0 ? c10::kFloat : c10::kHalf);
+      Batch global = make_batch(8, 10, 64, 900);
+      engine.optimizer_zero_grad();
+      engine.forward_backward_batch(rank_slice(global, ctx.rank, 2), sft_loss, false);
+      norms[i] = engine.optimizer_step().item<double>();
+    }
+    EXPECT_NE(norms[0], norms[1]);
+    EXPECT_NEAR(norms[1], norms[0], 2e-3 * norms[0]);
+  });
+}
+
+}  // namespace
+}  // namespace fsdp_test
+}  // namespace enginery
