@@ -10,6 +10,13 @@ target_precompile_headers(enginery_pch PRIVATE
 
 function(enginery_use_pch target)
   if(NOT ENGINERY_NO_PCH)
+    # gcc refuses a PCH built with -fPIC in a TU built with -fPIE; executables compile with -fPIC instead (a PIE
+    # links fine from PIC objects) so they reuse the same header.
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+      target_compile_options(${target} PRIVATE -fPIC)
+    endif()
     target_precompile_headers(${target} REUSE_FROM enginery_pch)
   endif()
 endfunction()

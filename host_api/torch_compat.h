@@ -22,6 +22,14 @@
 #endif
 #include <torch/cuda.h>
 
+#include <ftw.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
 #define ENGINERY_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -113,6 +121,35 @@ inline double cuda_peak_allocated_gib() {
 #else
   return 0.0;
 #endif
+}
+
+// ---- filesystem -------------------------------------------------------------------------------------------------
+// PyTorch 2.x wheels export std::filesystem::remove_all from libtorch.so in a form that jumps to address 0 when our
+// code calls it (seen with 2.11+cu130); 1.13 is fine. Everything in the tree deletes directory trees through this.
+inline std::uintmax_t remove_all(const std::filesystem::path& path, std::error_code& ec) {
+  ec.clear();
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return 0;  // nothing there: like std::filesystem, not an error
+  static thread_local std::uintmax_t removed;
+  removed = 0;
+  auto remove_one = [](const char* p, const struct stat*, int, struct FTW*) -> int {
+    if (::remove(p) != 0) return errno;
+    ++removed;
+    return 0;
+  };
+  const int rc = ::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc != 0) {
+    ec = std::error_code(rc > 0 ? rc : errno, std::generic_category());
+    return static_cast<std::uintmax_t>(-1);
+  }
+  return removed;
+}
+
+inline std::uintmax_t remove_all(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto n = compat::remove_all(path, ec);  // qualified: ADL would also find std::filesystem::remove_all
+  if (ec) throw std::filesystem::filesystem_error("remove_all", path, ec);
+  return n;
 }
 
 // ---- autocast --------------------------------------------------------------------------------------------------

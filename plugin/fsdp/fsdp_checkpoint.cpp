@@ -4,6 +4,7 @@
 
 #include "host_api/error.h"
 #include "plugin/fsdp/fsdp_engine.h"
+#include "host_api/torch_compat.h"  // compat::remove_all
 
 namespace enginery {
 namespace fsdp {
@@ -52,7 +53,7 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
   while (max_ckpt_to_keep > 0 && static_cast<int64_t>(saved_checkpoints_.size()) > max_ckpt_to_keep) {
     const std::string oldest = saved_checkpoints_.front();
     saved_checkpoints_.pop_front();
-    if (args_.rank == 0 && oldest != path) fs::remove_all(oldest);
+    if (args_.rank == 0 && oldest != path) enginery::compat::remove_all(oldest);
   }
 }
 

@@ -21,7 +21,7 @@ std::string& scratch_storage() {
 }
 void remove_scratch() {
   std::error_code ignored;
-  if (!scratch_storage().empty()) fs::remove_all(scratch_storage(), ignored);
+  if (!scratch_storage().empty()) enginery::compat::remove_all(scratch_storage(), ignored);
 }
 }  // namespace
 

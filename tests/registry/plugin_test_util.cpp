@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <stdexcept>
+#include "host_api/torch_compat.h"  // compat::remove_all
 
 namespace enginery::test {
 
@@ -20,7 +21,7 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() {
   std::error_code ec;
-  fs::remove_all(path_, ec);
+  enginery::compat::remove_all(path_, ec);
 }
 
 ManifestSpec spec_for(const std::string& target, const std::string& backend) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include "host_api/torch_compat.h"  // compat::remove_all
 
 extern char** environ;
 
@@ -157,7 +158,7 @@ std::vector<RankResult> run_ranks(int world_size, const std::function<void(const
     ADD_FAILURE() << "rank " << r << " of " << world_size << " failed (" << how << "); its output ends with:\n"
                   << results[r].output_tail;
   }
-  if (all_ok) fs::remove_all(dir);
+  if (all_ok) enginery::compat::remove_all(dir);
   return results;
 }
 

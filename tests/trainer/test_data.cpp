@@ -7,6 +7,7 @@
 #include "host_api/error.h"
 #include "trainer/checkpoint_state.h"
 #include "trainer/dataset.h"
+#include "host_api/torch_compat.h"  // compat::remove_all
 
 namespace enginery {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 std::filesystem::path temp_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("enginery_data_test_" + std::to_string(getpid()) + "_" + name);
-  std::filesystem::remove_all(dir);
+  enginery::compat::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
 }

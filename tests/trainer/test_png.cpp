@@ -7,6 +7,7 @@
 #include "trainer/metrics_log.h"
 #include "trainer/plot.h"
 #include "trainer/png_image.h"
+#include "host_api/torch_compat.h"  // compat::remove_all
 
 namespace enginery {
 namespace {
@@ -93,7 +94,7 @@ TEST(Plot, DrawsLossAndAccuracyFromMetrics) {
   int count = 0;
   for (std::string line; std::getline(lines, line);) ++count;
   EXPECT_EQ(count, 11);
-  std::filesystem::remove_all(dir);
+  enginery::compat::remove_all(dir);
 }
 
 TEST(MetricsLog, FormatsProgressAndSummary) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
+#include "host_api/torch_compat.h"  // compat::remove_all
 
 namespace fs = std::filesystem;
 
@@ -54,11 +55,11 @@ class TrainEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("enginery_train_e2e_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
+    enginery::compat::remove_all(dir_);
     fs::create_directories(dir_);
   }
   void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
+    if (!HasFailure()) enginery::compat::remove_all(dir_);
   }
   std::string demo() const { return std::string(ENGINERY_SOURCE_DIR) + "/examples/demo.toml"; }
   fs::path dir_;
