@@ -6,7 +6,8 @@ CMAKE_FLAGS ?=
 .PHONY: demo test deps build clean
 
 demo: build
-	$(BUILD)/bin/enginery plugins --plugin-dir $(BUILD)/plugins
+	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2
+	$(BUILD)/bin/enginery plot runs/demo
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -LE gpu -j $(JOBS) --timeout 900
