@@ -15,10 +15,10 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp(c10d::ReduceOp::SUM);
 }
 
-// Gloo has no 16-bit float kernels for bf16 (1.13 and later); its gathers only move bytes, so any 2-byte float
-// travels as int16.
+// Gloo has no bf16 type (1.13 and later) and 1.13's Gloo allgather rejects int16; gathers only move bytes, so bf16
+// travels as fp16, a 2-byte type every Gloo collective accepts.
 torch::Tensor as_gatherable(const torch::Tensor& t) {
-  if (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf) return t.view(torch::kInt16);
+  if (t.scalar_type() == torch::kBFloat16) return t.view(torch::kHalf);
   return t;
 }
 
