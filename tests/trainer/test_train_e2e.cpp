@@ -15,16 +15,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
+struct CommandResult {
   int status = -1;
   std::string output;
   double seconds = 0;
 };
 
-Run run(const std::string& args) {
+CommandResult run(const std::string& args) {
   const auto start = std::chrono::steady_clock::now();
   const std::string cmd = std::string(ENGINERY_EXE) + " " + args + " --plugin-dir " + ENGINERY_PLUGIN_DIR + " 2>&1";
-  Run r;
+  CommandResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   char buffer[4096];
   for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) r.output.append(buffer, n);
@@ -70,7 +70,7 @@ TEST_F(TrainEndToEnd, ShortDemoOnTwoRanksLearnsResumesAndPlots) {
   const std::string common = "train --config " + demo() + " --nproc 2 --set trainer.default_local_dir=" +
                              out.string() + " --set data.val_size=32 --set trainer.log_freq=10 " +
                              "--set trainer.test_freq=20 --set trainer.save_freq=20 --set optim.lr_warmup_steps=5";
-  Run first = run(common + " --set trainer.total_training_steps=40");
+  CommandResult first = run(common + " --set trainer.total_training_steps=40");
   ASSERT_EQ(first.status, 0) << first.output;
   EXPECT_NE(first.output.find("[rank 0] step 40/40"), std::string::npos) << first.output;
   EXPECT_NE(first.output.find("exact match"), std::string::npos) << first.output;
@@ -101,7 +101,7 @@ TEST_F(TrainEndToEnd, ShortDemoOnTwoRanksLearnsResumesAndPlots) {
   EXPECT_LT(tail, 0.8 * head) << "loss did not go down: " << head / 5 << " -> " << tail / 5;
 
   // --resume continues from the newest complete checkpoint, with the data position it saved.
-  Run resumed = run(common + " --set trainer.total_training_steps=50 --resume");
+  CommandResult resumed = run(common + " --set trainer.total_training_steps=50 --resume");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
   EXPECT_EQ(resumed.output.find("step  1/50"), std::string::npos) << resumed.output;
@@ -121,30 +121,30 @@ TEST_F(TrainEndToEnd, ShortDemoOnTwoRanksLearnsResumesAndPlots) {
 TEST_F(TrainEndToEnd, ConfigErrorsStopBeforeAnyRankStarts) {
   const fs::path bad = dir_ / "bad.toml";
   std::ofstream(bad) << "[trainer]\ntotal_training_steps = 5\nbogus_key = 1\n";
-  Run unknown = run("train --config " + bad.string() + " --nproc 2");
+  CommandResult unknown = run("train --config " + bad.string() + " --nproc 2");
   EXPECT_EQ(unknown.status, 2) << unknown.output;
   EXPECT_NE(unknown.output.find(bad.string() + ":3:1: unknown key 'trainer.bogus_key'"), std::string::npos)
       << unknown.output;
   EXPECT_EQ(unknown.output.find("[rank"), std::string::npos) << unknown.output;
 
-  Run type = run("train --config " + demo() + " --nproc 2 --set data.train_batch_size=1.5");
+  CommandResult type = run("train --config " + demo() + " --nproc 2 --set data.train_batch_size=1.5");
   EXPECT_EQ(type.status, 2);
   EXPECT_NE(type.output.find("--set data.train_batch_size=1.5: data.train_batch_size: expected an integer"),
             std::string::npos)
       << type.output;
 
-  Run dtype = run("train --config " + demo() + " --set engine.mixed_precision.param_dtype=fp8");
+  CommandResult dtype = run("train --config " + demo() + " --set engine.mixed_precision.param_dtype=fp8");
   EXPECT_EQ(dtype.status, 2);
   EXPECT_NE(dtype.output.find("unexpected precision: fp8"), std::string::npos) << dtype.output;
 
-  Run backend = run("train --config " + demo() + " --nproc 2 --set engine.strategy=nope");
+  CommandResult backend = run("train --config " + demo() + " --nproc 2 --set engine.strategy=nope");
   EXPECT_EQ(backend.status, 2) << backend.output;
   EXPECT_NE(backend.output.find("--set engine.strategy=nope: engine.strategy = 'nope'"), std::string::npos)
       << backend.output;
   EXPECT_NE(backend.output.find("fsdp"), std::string::npos) << backend.output;  // what is registered
   EXPECT_EQ(backend.output.find("[rank"), std::string::npos) << backend.output;
 
-  Run batch = run("train --config " + demo() + " --nproc 3");
+  CommandResult batch = run("train --config " + demo() + " --nproc 3");
   EXPECT_EQ(batch.status, 2);
   EXPECT_NE(batch.output.find("does not divide over 3 ranks"), std::string::npos) << batch.output;
   for (const Run* r : {&unknown, &type, &dtype, &backend, &batch}) EXPECT_LT(r->seconds, 20.0);
