@@ -147,7 +147,7 @@ TEST_F(TrainEndToEnd, ConfigErrorsStopBeforeAnyRankStarts) {
   CommandResult batch = run("train --config " + demo() + " --nproc 3");
   EXPECT_EQ(batch.status, 2);
   EXPECT_NE(batch.output.find("does not divide over 3 ranks"), std::string::npos) << batch.output;
-  for (const Run* r : {&unknown, &type, &dtype, &backend, &batch}) EXPECT_LT(r->seconds, 20.0);
+  for (const CommandResult* r : {&unknown, &type, &dtype, &backend, &batch}) EXPECT_LT(r->seconds, 20.0);
 }
 
 }  // namespace
