@@ -167,6 +167,12 @@ class TomlReader : public ConfigVisitor {
     return file_ + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column);
   }
 
+  // An unknown key is reported where the key is written (its value's position is further right).
+  std::string where_key(const std::string& key, const toml::key& name, const toml::node& node) const {
+    if (flags_.count(key) || name.source().begin.line == 0) return where(key, node);
+    return file_ + ":" + std::to_string(name.source().begin.line) + ":" + std::to_string(name.source().begin.column);
+  }
+
   [[noreturn]] void wrong_type(const std::string& key, const toml::node& node, const std::string& expected) const {
     throw EngineryError(key + ": expected " + expected + ", got " + type_name(node), where(key, node));
   }
@@ -237,7 +243,7 @@ class TomlReader : public ConfigVisitor {
       if (node.is_table() && prefix == "engine") {
         what += " (backend options are read only from the table of engine.strategy)";
       }
-      throw EngineryError(what, where(key, node), allowed_under(prefix));
+      throw EngineryError(what, where_key(key, name, node), allowed_under(prefix));
     }
   }
 
