@@ -1,6 +1,7 @@
 # The two README commands. Everything else is plain CMake (see README).
 BUILD ?= build
 JOBS ?= $(shell nproc)
+BUILD_TYPE ?= Quick
 CMAKE_FLAGS ?=
 
 .PHONY: demo test deps build clean
@@ -13,7 +14,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -LE gpu -j $(JOBS) --timeout 900
 
 build: deps
-	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 deps:
