@@ -6,3 +6,10 @@ if(DEFINED NAME)
   set(ENGINERY_PLUGIN_NAME ${NAME})
 endif()
 configure_file(${TEMPLATE} ${OUTPUT} @ONLY)
+# The loader refuses plugin files writable by anyone but their owner; a build under umask 002 would otherwise
+# produce a plugin its own tests reject.
+get_filename_component(plugin_dir ${OUTPUT} DIRECTORY)
+execute_process(COMMAND chmod go-w ${LIBRARY} ${OUTPUT} ${plugin_dir} RESULT_VARIABLE chmod_result)
+if(NOT chmod_result EQUAL 0)
+  message(FATAL_ERROR "could not remove group/other write permission from ${plugin_dir}")
+endif()
