@@ -11,11 +11,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <iostream>
 
 #include "host_api/torch_compat.h"
 #include "registry/plugin_loader.h"
+
+#if defined(ENGINERY_WITH_CUDA) && __has_include(<torch/csrc/autograd/profiler_kineto.h>)
+#include <torch/csrc/autograd/profiler_kineto.h>
+#define ENGINERY_BENCH_KINETO 1
+#endif
 
 namespace {
 
@@ -56,6 +62,9 @@ int main(int argc, char** argv) {
   app.add_option("--flops-per-token", flops_per_token, "model FLOPs per token for MFU (the reference prints it)");
   app.add_flag("--ac", ac, "activation checkpointing per decoder layer");
   app.add_option("--out", out, "append the JSON result here");
+  std::string profile;
+  app.add_option("--profile", profile, "after the timed steps, profile one more step (CUDA builds: kineto) and "
+                 "write its chrome trace here (bench/gpu/profile_summary.py reads it)");
   CLI11_PARSE(app, argc, argv);
 
   using namespace enginery;
@@ -132,6 +141,35 @@ int main(int argc, char** argv) {
     losses.push_back(loss);
     if (step >= warmup) times.push_back(dt);
     if (rank == 0) std::cerr << "step " << step << " loss " << loss << " " << dt << " s\n";
+  }
+  if (!profile.empty()) {
+#ifdef ENGINERY_BENCH_KINETO
+    namespace prof = torch::autograd::profiler;
+    using torch::profiler::impl::ActivityType;
+    const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+    const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
+    const int64_t offset = ((warmup + steps) * world + rank) * mbs * seq;
+    TORCH_CHECK(offset + mbs * seq <= all.numel(), "token file too short for the profiled step");
+    auto ids = all.slice(0, offset, offset + mbs * seq).view({mbs, seq}).to(torch_device);
+    Batch batch;
+    batch.set("input_ids", ids);
+    batch.set("attention_mask", torch::ones_like(ids));
+    auto mask = torch::ones_like(ids, torch::kFloat);
+    mask.select(1, 0).zero_();
+    batch.set("loss_mask", mask);
+    compat::device_synchronize(torch_device);
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+    {
+      RECORD_USER_SCOPE("bench::train_batch");
+      auto result = engine->train_batch(batch, sft);
+      compat::device_synchronize(torch_device);
+    }
+    auto trace = prof::disableProfiler();
+    if (rank == 0) trace->save(profile);
+#else
+    std::cerr << "--profile: this build has no kineto profiler (CUDA builds only); skipped\n";
+#endif
   }
   double total = 0;
   for (double t : times) total += t;

@@ -51,6 +51,7 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--model-dir", default="", help="HF dir made by make_bench_inputs.py (same init as the engine)")
     ap.add_argument("--tokens", default="", help="int32 token file made by make_bench_inputs.py (same data)")
+    ap.add_argument("--profile", default="", help="after the timed steps, profile one more step into this chrome trace")
     args = ap.parse_args()
 
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -105,6 +106,24 @@ def main():
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
         losses.append(out.loss.item())
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile, record_function
+        off = ((args.warmup + args.steps) * world + rank) * args.mbs * args.seq
+        ids = tokens[off:off + args.mbs * args.seq].view(args.mbs, args.seq).cuda()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            with record_function("ref::forward"):
+                out = model(input_ids=ids, labels=ids)
+            with record_function("ref::backward"):
+                out.loss.backward()
+            with record_function("ref::clip"):
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with record_function("ref::optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+        if rank == 0:
+            prof.export_chrome_trace(args.profile)
     tokens_per_step = args.mbs * args.seq * world
     tok_s = tokens_per_step * len(times) / sum(times)
     mfu = tok_s * model_flops_per_token(shape, args.seq) / (PEAK_BF16_FLOPS * world)
