@@ -111,11 +111,22 @@ std::shared_ptr<DecoderModel> build_model(const ModelConfig& cfg, const std::str
 }
 
 void save_hf(DecoderModel& model, const std::string& dir, int64_t max_shard_bytes) {
+  NamedTensors weights;
+  for (auto& p : model.named_parameters()) weights.emplace_back(p.key(), p.value().detach());
+  save_hf(model, dir, weights, max_shard_bytes);
+}
+
+void save_hf(DecoderModel& model, const std::string& dir, const NamedTensors& weights, int64_t max_shard_bytes) {
   auto* lm = dynamic_cast<CausalLM*>(&model);
   if (lm == nullptr) throw EngineryError("save_hf needs a model built by build_model", dir);
   const auto dtype = checkpoint_dtype(lm->args().dtype, "config.json: dtype");
+  std::map<std::string, torch::Tensor> by_name(weights.begin(), weights.end());
   NamedTensors tensors;
-  for (auto& p : lm->named_parameters()) tensors.emplace_back(p.key(), p.value().detach().to(torch::kCPU, dtype));
+  for (auto& p : lm->named_parameters()) {
+    auto it = by_name.find(p.key());
+    if (it == by_name.end()) throw EngineryError("no weights given for parameter '" + p.key() + "'", dir);
+    tensors.emplace_back(p.key(), it->second.detach().to(torch::kCPU, dtype));
+  }
   fs::create_directories(dir);
   write_safetensors_dir(dir, tensors, max_shard_bytes);
   std::string config = lm->args().raw_config_json;

@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "host_api/config.h"
@@ -25,6 +27,11 @@ std::shared_ptr<DecoderModel> build_model(const ModelConfig& cfg, const std::str
 // Writes config.json and the weights (in the config's dtype) to `dir`; sharded with model.safetensors.index.json
 // when the weights exceed max_shard_bytes (> 0). What load reads back is bit-identical.
 void save_hf(DecoderModel& model, const std::string& dir, int64_t max_shard_bytes = 0);
+// The same with the weights given by Hugging Face name (any dtype and device; cast to the config's dtype), for a
+// model whose own parameters do not hold them (a sharded engine gathers them first). Every parameter of `model`
+// must be named in `weights`.
+void save_hf(DecoderModel& model, const std::string& dir,
+             const std::vector<std::pair<std::string, torch::Tensor>>& weights, int64_t max_shard_bytes);
 
 }  // namespace models
 }  // namespace enginery

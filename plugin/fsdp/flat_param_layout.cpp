@@ -1,5 +1,7 @@
 #include "plugin/fsdp/shard_layout.h"
 
+#include <algorithm>
+
 namespace enginery {
 namespace fsdp {
 
@@ -25,6 +27,17 @@ std::vector<torch::Tensor> FlatParamLayout::unpack(const torch::Tensor& packed) 
   std::vector<torch::Tensor> out;
   for (size_t i = 0; i < shapes_.size(); ++i) {
     out.push_back(packed.narrow(0, offsets_[i], c10::multiply_integers(shapes_[i])).view(shapes_[i]));
+  }
+  return out;
+}
+
+std::vector<ShardRange> FlatParamLayout::owned_ranges(int64_t rank) const {
+  const int64_t lo = rank * shard_numel_, hi = lo + shard_numel_;
+  std::vector<ShardRange> out;
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    const int64_t p_lo = offsets_[i], p_hi = p_lo + c10::multiply_integers(shapes_[i]);
+    const int64_t a = std::max(lo, p_lo), b = std::min(hi, p_hi);
+    if (a < b) out.push_back({i, a - p_lo, b - p_lo, a - lo});
   }
   return out;
 }

@@ -10,7 +10,6 @@
 // is valid and runs forward_step on its unsharded model.
 #include <torch/torch.h>
 
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,8 +47,15 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   void get_per_tensor_param(
       const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) override;
 
+  // Checkpoints (plugin/fsdp/CHECKPOINT.md): collective; atomic (a temporary sibling, fsynced, renamed into place);
+  // readable at any world size, fsdp_size and strategy. args().checkpoint.save_contents / load_contents select
+  // model, optimizer, extra (and hf_model on save: a Hugging Face directory "huggingface" inside).
   void save_checkpoint(const std::string& path, int64_t global_step, int64_t max_ckpt_to_keep) override;
   void load_checkpoint(const std::string& path) override;
+  // Writes the full weights as a Hugging Face directory (config.json + safetensors, sharded above max_shard_bytes)
+  // that transformers and models::build_model load. Collective; atomic like a checkpoint.
+  static constexpr int64_t kHfShardBytes = 5LL << 30;  // transformers' save_pretrained default, "5GB"
+  void export_hf(const std::string& dir, int64_t max_shard_bytes = kHfShardBytes);
 
   void to(const std::string& device, bool model = true, bool optimizer = true, bool grad = true) override;
 
@@ -95,7 +101,15 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   c10::ScalarType buffer_dtype_ = c10::kFloat;
   bool sync_grads_ = true;  // false on all but the last micro-batch
   std::map<std::string, torch::Tensor> last_metrics_;  // of the last forward_step's loss
-  std::deque<std::string> saved_checkpoints_;
+
+ private:
+  // Checkpoint helpers (fsdp_checkpoint.cpp).
+  void require_sharded(const std::string& what) const;
+  // Every rank calls it with its own error ("" = fine); when any rank failed, `on_failure` runs (on every rank)
+  // and every rank throws: the failing one its own message, the others one naming the failed rank.
+  void agree_or_throw(const std::string& error, const std::string& stage, const std::function<void()>& on_failure);
+  // Gathers the full weights (collective) and, on rank 0, writes them to `dir`; returns rank 0's error.
+  std::string write_hf_weights(const std::string& dir, int64_t max_shard_bytes);
 };
 
 }  // namespace fsdp

@@ -1,5 +1,7 @@
 #include "plugin/fsdp/shard_layout.h"
 
+#include <algorithm>
+
 namespace enginery {
 namespace fsdp {
 
@@ -40,6 +42,16 @@ std::vector<torch::Tensor> PerParamLayout::unpack(const torch::Tensor& packed) c
     const int64_t numel = c10::multiply_integers(shapes_[i]);
     auto chunks = segments.narrow(1, offsets_[i], chunk_numel_[i]).reshape(-1);  // copies: strided across ranks
     out.push_back(chunks.narrow(0, 0, numel).view(shapes_[i]));
+  }
+  return out;
+}
+
+std::vector<ShardRange> PerParamLayout::owned_ranges(int64_t rank) const {
+  std::vector<ShardRange> out;
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    const int64_t numel = c10::multiply_integers(shapes_[i]);
+    const int64_t a = rank * chunk_numel_[i], b = std::min(numel, a + chunk_numel_[i]);
+    if (a < b) out.push_back({i, a, b, offsets_[i]});
   }
   return out;
 }

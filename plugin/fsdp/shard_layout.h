@@ -19,6 +19,15 @@
 namespace enginery {
 namespace fsdp {
 
+// Elements [begin, end) of parameter `param` (flattened, unpadded) sit at shard[shard_offset, + (end - begin)) on a
+// rank. Checkpoints store these ranges, so any layout at any world size can read what another wrote.
+struct ShardRange {
+  size_t param = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t shard_offset = 0;
+};
+
 class ENGINERY_FSDP_API ShardLayout {
  public:
   ShardLayout(std::vector<std::vector<int64_t>> shapes, int64_t world);
@@ -35,6 +44,8 @@ class ENGINERY_FSDP_API ShardLayout {
   virtual std::vector<torch::Tensor> unpack(const torch::Tensor& packed) const = 0;
   // True when unpack() returns views, so full parameters can live inside the gathered buffer.
   virtual bool aliases_packed() const = 0;
+  // What rank `rank` holds, as element ranges of the full parameters (padding excluded), in shard order.
+  virtual std::vector<ShardRange> owned_ranges(int64_t rank) const = 0;
 
   static std::unique_ptr<ShardLayout> create(const std::string& strategy, std::vector<std::vector<int64_t>> shapes,
                                              int64_t world);
@@ -52,6 +63,7 @@ class ENGINERY_FSDP_API FlatParamLayout final : public ShardLayout {
   void pack(const std::vector<torch::Tensor>& full, torch::Tensor& packed) const override;
   std::vector<torch::Tensor> unpack(const torch::Tensor& packed) const override;
   bool aliases_packed() const override { return true; }
+  std::vector<ShardRange> owned_ranges(int64_t rank) const override;
 
  private:
   std::vector<int64_t> offsets_;  // of each parameter in the flat buffer
@@ -63,6 +75,7 @@ class ENGINERY_FSDP_API PerParamLayout final : public ShardLayout {
   void pack(const std::vector<torch::Tensor>& full, torch::Tensor& packed) const override;
   std::vector<torch::Tensor> unpack(const torch::Tensor& packed) const override;
   bool aliases_packed() const override { return false; }
+  std::vector<ShardRange> owned_ranges(int64_t rank) const override;
 
  private:
   std::vector<int64_t> chunk_rows_;    // ceil(dim0 / world)

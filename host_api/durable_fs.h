@@ -1,0 +1,48 @@
+#pragma once
+// Crash-safe file system steps shared by the checkpoint writers (the FSDP plugin's shards, the trainer's state):
+// data reaches the disk (fsync) before a rename publishes it, and the rename itself is made durable by syncing the
+// parent directory. A directory is published complete or not at all: write into a hidden temporary sibling, then
+// publish_dir(). Errors are EngineryError naming the path and the errno text.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace enginery {
+namespace durable {
+
+// fsync of a file or a directory.
+void sync_path(const std::filesystem::path& path);
+
+// Writes `bytes` to `path` (truncating), fsyncs it. The caller publishes it by renaming its directory.
+void write_file(const std::filesystem::path& path, const std::string& bytes);
+
+// Writes `bytes` under a temporary name beside `path`, fsyncs, renames over `path`, fsyncs the parent.
+void replace_file(const std::filesystem::path& path, const std::string& bytes);
+
+// The hidden working name of a directory being built for `final_path`: <parent>/.<name>.tmp
+std::filesystem::path temp_dir_for(const std::filesystem::path& final_path);
+
+// Removes whatever a killed writer left at temp_dir_for(final_path) and creates it empty (with parents).
+void fresh_dir(const std::filesystem::path& dir);
+
+// fsyncs `temp_dir`, renames it to `final_path`, fsyncs the parent. An existing `final_path` (the same step saved
+// again) is first moved aside and removed after the new one is in place.
+void publish_dir(const std::filesystem::path& temp_dir, const std::filesystem::path& final_path);
+
+// Deletes a published directory so that a kill mid-way never leaves a half-deleted one under its real name: it is
+// renamed to a hidden name first (made durable), then removed.
+void retire_dir(const std::filesystem::path& dir);
+
+// Retention of verl-named checkpoints: when `just_written` is named global_step_<N>, keeps the `max_keep` newest
+// siblings named global_step_<M> that contain `complete_marker` (always counting `just_written`, never deleting it)
+// and retires the others; max_keep <= 0 keeps everything. Counts what is on disk, so it works across restarts.
+// Returns the directories removed.
+std::vector<std::filesystem::path> retain_newest(const std::filesystem::path& just_written, int64_t max_keep,
+                                                 const std::string& complete_marker);
+
+// The N of a directory named global_step_<N>, or -1.
+int64_t global_step_of(const std::filesystem::path& dir);
+
+}  // namespace durable
+}  // namespace enginery

@@ -1,0 +1,60 @@
+#include "plugin/fsdp/checkpoint_plan.h"
+
+#include <map>
+
+namespace enginery {
+namespace fsdp {
+namespace ckpt {
+
+CheckpointPlan::CheckpointPlan(FsdpModule& fsdp, models::DecoderModel& model) : fsdp_(fsdp) {
+  // The units' names are prefixes the model chose; the table uses the model's own (Hugging Face) names, the first
+  // one where a tensor is shared (tied embeddings), as get_per_tensor_param does.
+  std::map<const void*, std::string> hf_names;
+  for (const auto& item : model.named_parameters()) hf_names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  for (auto& unit : fsdp_.units()) {
+    std::vector<size_t> ids;
+    for (size_t i = 0; i < unit.params().size(); ++i) {
+      auto it = hf_names.find(unit.params()[i].unsafeGetTensorImpl());
+      ids.push_back(params_.size());
+      params_.push_back({it != hf_names.end() ? it->second : unit.param_names()[i], unit.layout().shape(i), "float32"});
+    }
+    unit_params_.push_back(std::move(ids));
+  }
+}
+
+std::vector<Segment> CheckpointPlan::file_segments(const std::vector<std::string>& states, int64_t shard_rank) const {
+  std::vector<Segment> out;
+  uint64_t offset = 0;
+  for (const auto& state : states) {
+    for (size_t u = 0; u < unit_params_.size(); ++u) {
+      for (const ShardRange& r : fsdp_.units()[u].layout().owned_ranges(shard_rank)) {
+        out.push_back({unit_params_[u][r.param], state, r.begin, r.end, offset});
+        offset += static_cast<uint64_t>(r.end - r.begin) * sizeof(float);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Segment> CheckpointPlan::write_file(FileWriter& file, const std::vector<std::string>& states,
+                                                const std::vector<std::vector<torch::Tensor>>& per_state,
+                                                int64_t shard_rank) const {
+  torch::NoGradGuard no_grad;
+  std::vector<Segment> segments = file_segments(states, shard_rank);
+  size_t next = 0;
+  for (size_t k = 0; k < states.size(); ++k) {
+    for (size_t u = 0; u < unit_params_.size(); ++u) {
+      for (const ShardRange& r : fsdp_.units()[u].layout().owned_ranges(shard_rank)) {
+        const auto piece = per_state[k].at(u).narrow(0, r.shard_offset, r.end - r.begin).to(torch::kFloat);
+        const uint64_t at = file.append(piece);
+        TORCH_CHECK(at == segments.at(next).offset, "checkpoint file map and writer disagree");
+        ++next;
+      }
+    }
+  }
+  return segments;
+}
+
+}  // namespace ckpt
+}  // namespace fsdp
+}  // namespace enginery

@@ -1,0 +1,99 @@
+#include "plugin/fsdp/checkpoint_reader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "host_api/error.h"
+
+namespace enginery {
+namespace fsdp {
+namespace ckpt {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream out;
+  out << c10::IntArrayRef(s);
+  return out.str();
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(std::string dir, Metadata meta, const CheckpointPlan& plan)
+    : dir_(std::move(dir)), meta_(std::move(meta)), plan_(plan) {
+  const std::string where = (std::filesystem::path(dir_) / kMetadataFile).string();
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < meta_.params.size(); ++i) by_name.emplace(meta_.params[i].name, i);
+  for (const auto& p : plan_.params()) {
+    auto it = by_name.find(p.name);
+    if (it == by_name.end()) {
+      throw EngineryError("the checkpoint has no parameter '" + p.name + "'", where, "a checkpoint of the same model");
+    }
+    if (meta_.params[it->second].shape != p.shape) {
+      throw EngineryError("parameter '" + p.name + "' has shape " + shape_str(meta_.params[it->second].shape) +
+                              " in the checkpoint, " + shape_str(p.shape) + " in this model",
+                          where, "a checkpoint of the same model");
+    }
+    param_of_plan_.push_back(it->second);
+  }
+  if (meta_.params.size() != plan_.params().size()) {
+    throw EngineryError("the checkpoint has " + std::to_string(meta_.params.size()) + " parameters, this model " +
+                            std::to_string(plan_.params().size()),
+                        where, "a checkpoint of the same model");
+  }
+  for (size_t f = 0; f < meta_.files.size(); ++f) {
+    for (const auto& s : meta_.files[f].segments) index_[{s.param, s.state}].push_back({f, s.begin, s.end, s.offset});
+  }
+}
+
+const MappedFile& CheckpointReader::file(size_t index) {
+  auto& slot = mapped_[index];
+  if (!slot) {
+    const FileInfo& info = meta_.files.at(index);
+    slot = std::make_unique<MappedFile>((std::filesystem::path(dir_) / info.name).string(), info.bytes, info.sha256);
+  }
+  return *slot;
+}
+
+void CheckpointReader::read_state(const std::string& state, std::vector<torch::Tensor>& per_unit, FsdpModule& fsdp,
+                                  int64_t shard_rank) {
+  torch::NoGradGuard no_grad;
+  for (size_t u = 0; u < per_unit.size(); ++u) {
+    auto& dst = per_unit[u];
+    dst.zero_();  // padding
+    for (const ShardRange& r : fsdp.units()[u].layout().owned_ranges(shard_rank)) {
+      const size_t param = param_of_plan_[plan_.param_id(u, r.param)];
+      auto it = index_.find({param, state});
+      int64_t covered = 0;
+      if (it != index_.end()) {
+        for (const Stored& s : it->second) {
+          const int64_t a = std::max(r.begin, s.begin), b = std::min(r.end, s.end);
+          if (a >= b) continue;
+          auto src = file(s.file).floats(s.offset + static_cast<uint64_t>(a - s.begin) * sizeof(float), b - a);
+          dst.narrow(0, r.shard_offset + (a - r.begin), b - a).copy_(src);
+          covered += b - a;
+        }
+      }
+      // Replicas of an HSDP writer never overlap, so covered counts each element once.
+      if (covered != r.end - r.begin) {
+        throw EngineryError("the checkpoint covers " + std::to_string(covered) + " of elements [" +
+                                std::to_string(r.begin) + ", " + std::to_string(r.end) + ") of '" +
+                                meta_.params[param].name + "' (" + state + ")",
+                            (std::filesystem::path(dir_) / kMetadataFile).string(),
+                            "a checkpoint whose files are all listed and present");
+      }
+    }
+  }
+}
+
+std::string CheckpointReader::read_text(const std::string& name) {
+  for (size_t f = 0; f < meta_.files.size(); ++f) {
+    if (meta_.files[f].name != name) continue;
+    return file(f).text();
+  }
+  throw EngineryError("metadata.json lists no file '" + name + "'", (std::filesystem::path(dir_) / kMetadataFile).string());
+}
+
+}  // namespace ckpt
+}  // namespace fsdp
+}  // namespace enginery
