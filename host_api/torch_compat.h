@@ -262,5 +262,59 @@ inline at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 #endif
 }
 
+// 2.5+: at::scaled_dot_product_attention takes k/v with fewer heads than q (enable_gqa): query head h reads kv
+// head h / (H / Hkv), as transformers' repeat_kv, without expanded copies. Earlier versions: callers expand k/v and
+// call sdpa(). No mask here (causal or none): the fused kernels the call is for take none.
+constexpr bool kSdpaHasGqa = ENGINERY_TORCH_AT_LEAST(2, 5);
+
+inline at::Tensor sdpa_gqa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal,
+                           double scale) {
+#if ENGINERY_TORCH_AT_LEAST(2, 5)
+  c10::optional<at::Tensor> no_mask;
+  return at::scaled_dot_product_attention(q, k, v, no_mask, 0.0, is_causal, scale, /*enable_gqa=*/true);
+#else
+  (void)q, (void)k, (void)v, (void)is_causal, (void)scale;
+  TORCH_CHECK(false, "sdpa_gqa needs LibTorch 2.5+ (compat::kSdpaHasGqa)");
+#endif
+}
+
+// ---- fused kernels ---------------------------------------------------------------------------------------------
+// at::rms_norm exists from 2.4 (a composite of ATen ops); 2.8+ routes CUDA to a fused kernel (aten::_fused_rms_norm
+// and its backward; measured in 2.11 on an H200: 0.13 ms forward+backward for [8192 x 1536] bf16 against 0.63 ms
+// for transformers' composite). Only the fused versions are worth calling: kHasFusedRmsNorm. y = x * rsqrt(mean(x^2)
+// + eps) * weight over the last dim, computed in fp32, returned in x's dtype.
+constexpr bool kHasFusedRmsNorm = ENGINERY_TORCH_AT_LEAST(2, 8);
+
+inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+#if ENGINERY_TORCH_AT_LEAST(2, 4)
+  const int64_t last = x.size(-1);
+  return at::rms_norm(x, at::IntArrayRef(&last, 1), weight, eps);
+#else
+  (void)x, (void)weight, (void)eps;
+  TORCH_CHECK(false, "rms_norm needs LibTorch 2.4+ (compat::kHasFusedRmsNorm)");
+#endif
+}
+
+// 2.1+ (CUDA): at::_fused_adamw_, torch.optim.AdamW(fused=True)'s multi-tensor kernel. It skips the update on
+// device when found_inf (a 1-element fp32 tensor) is non-zero and divides the grads by grad_scale first; the
+// state_steps (one fp32 scalar tensor per param) must already count this step. 1.13: none, callers loop.
+constexpr bool kHasFusedAdamW = ENGINERY_TORCH_AT_LEAST(2, 1);
+
+inline void fused_adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                         at::TensorList exp_avg_sqs, at::TensorList state_steps, double lr, double beta1, double beta2,
+                         double weight_decay, double eps, const at::Tensor& grad_scale, const at::Tensor& found_inf) {
+#if ENGINERY_TORCH_AT_LEAST(2, 1)
+  c10::optional<at::Tensor> scale, inf;
+  if (grad_scale.defined()) scale = grad_scale;
+  if (found_inf.defined()) inf = found_inf;
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/at::TensorList(), state_steps, lr,
+                    beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false, scale, inf);
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)state_steps, (void)lr, (void)beta1,
+      (void)beta2, (void)weight_decay, (void)eps, (void)grad_scale, (void)found_inf;
+  TORCH_CHECK(false, "fused_adamw_ needs LibTorch 2.1+ (compat::kHasFusedAdamW)");
+#endif
+}
+
 }  // namespace compat
 }  // namespace enginery

@@ -80,6 +80,12 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
                        : (mask.to(torch::kLong).cumsum(-1) - 1).clamp_min(0);
   AttentionContext ctx;
   ctx.rope = rope_tables(inv_freq_.to(device), positions);
+  // Cast once per forward to the embeddings' dtype, as transformers casts its fp32 tables to the dtype of the
+  // hidden states entering the layers; under FSDP that is param_dtype, the dtype q and k have, so the layers'
+  // own cast to q's dtype becomes a no-op instead of two casts per layer.
+  const auto embed_dtype = model_->embed_tokens->weight.scalar_type();
+  ctx.rope.cos = ctx.rope.cos.to(embed_dtype);
+  ctx.rope.sin = ctx.rope.sin.to(embed_dtype);
   if (!all_valid) ctx.mask = padded_causal_mask(valid);
 
   size_t unit = 0;
@@ -103,17 +109,23 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
   }
   // Row (b, s) of the hidden states predicts token (b, s + 1); only pairs of real tokens are computed.
   const int64_t hidden = h.size(-1);
-  auto pair_valid = valid.narrow(1, 0, t - 1).logical_and(valid.narrow(1, 1, t - 1)).reshape({-1});
-  auto rows = pair_valid.nonzero().squeeze(1);
-  auto h_rows = h.narrow(1, 0, t - 1).reshape({-1, hidden}).index_select(0, rows);
-  auto targets = ids.narrow(1, 1, t - 1).reshape({-1}).index_select(0, rows);
+  // Without padding every pair is real: no nonzero() (a host synchronisation) and no gather of the rows.
+  torch::Tensor rows;
+  auto h_rows = h.narrow(1, 0, t - 1).reshape({-1, hidden});
+  auto targets = ids.narrow(1, 1, t - 1).reshape({-1});
+  if (!all_valid) {
+    auto pair_valid = valid.narrow(1, 0, t - 1).logical_and(valid.narrow(1, 1, t - 1)).reshape({-1});
+    rows = pair_valid.nonzero().squeeze(1);
+    h_rows = h_rows.index_select(0, rows);
+    targets = targets.index_select(0, rows);
+  }
   const auto weight = output_embedding_weight();
   const auto dtype_device = device.type();
   const auto compute_dtype =
       compat::autocast_enabled(dtype_device) ? compat::autocast_dtype(dtype_device) : weight.scalar_type();
   auto r = chunked_log_probs(h_rows, weight, targets, head.compute_entropy, compute_dtype, head.chunk_tokens);
   auto scatter = [&](const torch::Tensor& values) {
-    auto flat = torch::zeros({b * (t - 1)}, values.options()).index_copy(0, rows, values);
+    auto flat = all_valid ? values : torch::zeros({b * (t - 1)}, values.options()).index_copy(0, rows, values);
     return torch::cat({torch::zeros({b, 1}, values.options()), flat.view({b, t - 1})}, 1);
   };
   out.log_probs = scatter(r.log_probs);

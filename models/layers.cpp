@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "host_api/torch_compat.h"
+#include "models/fused_ops.h"
 
 namespace enginery {
 namespace models {
@@ -12,6 +13,10 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // One kernel each way, saving only x and the per-row rstd instead of three fp32 copies of x. It rounds once,
+  // after the weight, where transformers rounds x * rstd to x's dtype and then multiplies by the weight in that
+  // dtype: the same function up to one bf16 rounding.
+  if (fused_rms_norm_applies(x, weight)) return compat::rms_norm(x, weight, eps_);
   auto h = x.to(torch::kFloat);
   h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return weight * h.to(x.scalar_type());
@@ -91,6 +96,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
   }
   // Under autocast q/k/v may differ in dtype (rope promotes); the fused kernels want one.
   const auto dtype = v.scalar_type();
+  if (kv_heads_ != heads_ && compat::kSdpaHasGqa && x.is_cuda() && !ctx.mask.defined()) {
+    // The fused kernels read kv head h / (heads / kv_heads) themselves: no expanded copies of k and v, in the
+    // forward or saved for backward.
+    auto out = compat::sdpa_gqa(q.to(dtype), k.to(dtype), v, /*is_causal=*/true,
+                                1.0 / std::sqrt(static_cast<double>(head_dim_)));
+    return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+  }
   auto out = compat::sdpa(q.to(dtype), k.to(dtype), v, ctx.mask, /*is_causal=*/!ctx.mask.defined(),
                           1.0 / std::sqrt(static_cast<double>(head_dim_)));
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
@@ -104,7 +116,7 @@ MLPImpl::MLPImpl(const ModelArgs& a) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  return down_proj(swiglu(gate_proj(x), up_proj(x)));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a) {
@@ -115,6 +127,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a) {
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
+  RECORD_USER_SCOPE("decoder_layer::forward");
   auto h = x + self_attn->forward(input_layernorm(x), ctx);
   return h + mlp(post_attention_layernorm(h));
 }

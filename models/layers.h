@@ -29,7 +29,7 @@ RopeTables rope_tables(const torch::Tensor& inv_freq, const torch::Tensor& posit
 
 // What every layer of one forward shares: rotary tables and the attention mask.
 struct AttentionContext {
-  RopeTables rope;
+  RopeTables rope;  // in the dtype of the embeddings (what enters the layers)
   torch::Tensor mask;  // bool [B, 1, T, T] (true = may attend) or undefined: plain causal attention
 };
 

@@ -12,8 +12,8 @@ struct TokenLogProbs {
   torch::Tensor entropy;    // [N] fp32, undefined unless asked
 };
 
-// hidden [N, H], weight [V, H], targets [N] int64. chunk_rows <= 0 picks rows so one chunk's fp32 logits take about
-// 64 MiB. Differentiable with respect to hidden and weight.
+// hidden [N, H], weight [V, H], targets [N] int64. chunk_rows <= 0 picks default_chunk_rows(V, hidden's device).
+// Differentiable with respect to hidden and weight.
 TokenLogProbs chunked_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                                 bool compute_entropy, c10::ScalarType compute_dtype, int64_t chunk_rows = 0);
 
@@ -22,6 +22,9 @@ TokenLogProbs full_log_probs(const torch::Tensor& hidden, const torch::Tensor& w
                              bool compute_entropy, c10::ScalarType compute_dtype);
 
 int64_t default_chunk_rows(int64_t vocab_size);
+// The automatic chunk on `device`: 64 MiB of fp32 logits on CPU, 512 MiB on CUDA (larger matmuls, fewer passes
+// over the weight and its fp32 gradient).
+int64_t default_chunk_rows(int64_t vocab_size, const torch::Device& device);
 
 }  // namespace models
 }  // namespace enginery

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "host_api/torch_compat.h"
+
 namespace enginery {
 namespace fsdp {
 
@@ -12,13 +14,46 @@ AdamW::AdamW(std::vector<torch::Tensor> params, std::vector<torch::Tensor> grads
       beta2_(config.betas[1]),
       eps_(config.eps),
       weight_decay_(config.weight_decay) {
+  fused_ = compat::kHasFusedAdamW && !params_.empty();
   for (const auto& p : params_) {
     exp_avg_.push_back(torch::zeros_like(p));
     exp_avg_sq_.push_back(torch::zeros_like(p));
+    fused_ = fused_ && p.is_cuda() && p.scalar_type() == torch::kFloat;
+  }
+  if (fused_) {
+    for (const auto& p : params_) device_steps_.push_back(torch::zeros({}, p.options()));
   }
 }
 
+int64_t AdamW::step_count() const {
+  if (fused_) return static_cast<int64_t>(device_steps_.front().item<double>());
+  return step_;
+}
+
+void AdamW::set_step_count(int64_t step) {
+  step_ = step;
+  for (auto& s : device_steps_) s.fill_(static_cast<double>(step));
+}
+
+void AdamW::step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  TORCH_CHECK(fused_, "AdamW::step_fused needs CUDA fp32 shards and LibTorch 2.1+");
+  torch::NoGradGuard no_grad;
+  ++step_;
+  if (found_inf.defined()) {
+    auto inc = (1.0 - found_inf.to(torch::kFloat)).reshape({});
+    for (auto& s : device_steps_) s.add_(inc);
+  } else {
+    for (auto& s : device_steps_) s.add_(1.0);
+  }
+  compat::fused_adamw_(params_, grads_, exp_avg_, exp_avg_sq_, device_steps_, lr, beta1_, beta2_, weight_decay_, eps_,
+                       grad_scale, found_inf);
+}
+
 void AdamW::step(double lr) {
+  if (fused_) {
+    step_fused(lr, torch::Tensor(), torch::Tensor());
+    return;
+  }
   torch::NoGradGuard no_grad;
   ++step_;
   const double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));

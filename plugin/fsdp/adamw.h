@@ -1,7 +1,8 @@
 #pragma once
-// Plain AdamW over flat fp32 master shards (llm.c style), with torch.optim.AdamW's math: decoupled weight decay
+// AdamW over flat fp32 master shards (llm.c style), with torch.optim.AdamW's math: decoupled weight decay
 // (p *= 1 - lr*wd), bias-corrected moments, denom = sqrt(v)/sqrt(1-b2^t) + eps. State tensors are exposed for
-// checkpoints. Elementwise, so a shard updates exactly as the same elements of the full tensor would.
+// checkpoints. Elementwise, so a shard updates exactly as the same elements of the full tensor would. The plain
+// loop (reference, CPU) sits next to the fused multi-tensor kernel used on CUDA (torch's fused=True AdamW).
 #include <torch/torch.h>
 
 #include <vector>
@@ -18,18 +19,26 @@ class ENGINERY_FSDP_API AdamW {
   AdamW(std::vector<torch::Tensor> params, std::vector<torch::Tensor> grads, const OptimizerConfig& config);
 
   void step(double lr);
-  int64_t step_count() const { return step_; }
+  // The whole update in one multi-tensor kernel without a host synchronisation: grads are divided by grad_scale
+  // (1 element; undefined = 1) and a non-zero found_inf (1 element) skips the update and the step count on device.
+  // Only where fused() (CUDA shards, LibTorch 2.1+); step() takes it there too, with neither tensor.
+  void step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
+  bool fused() const { return fused_; }
+  // Steps taken (skipped ones not counted). Reads the device counters on the fused path (a synchronisation).
+  int64_t step_count() const;
 
   std::vector<torch::Tensor>& exp_avg() { return exp_avg_; }
   std::vector<torch::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
   std::vector<torch::Tensor>& params() { return params_; }
   std::vector<torch::Tensor>& grads() { return grads_; }
-  void set_step_count(int64_t step) { step_ = step; }
+  void set_step_count(int64_t step);
 
  private:
   std::vector<torch::Tensor> params_, grads_, exp_avg_, exp_avg_sq_;
+  std::vector<torch::Tensor> device_steps_;  // fused path: fp32 scalar per param, the kernel's bias-correction step
   double beta1_, beta2_, eps_, weight_decay_;
   int64_t step_ = 0;
+  bool fused_ = false;
 };
 
 }  // namespace fsdp

@@ -20,18 +20,30 @@ torch::Tensor FSDPEngine::optimizer_step() {
     throw EngineryError("optimizer_step before initialize() built the optimizer",
                         "fsdp engine, rank " + std::to_string(args_.rank));
   }
+  RECORD_USER_SCOPE("enginery::optimizer_step");
   torch::NoGradGuard no_grad;
   auto& grads = optimizer_->grads();
   if (sharded_scaler_) sharded_scaler_->unscale_(grads, *groups_.world);
 
   // Global norm: local sum of squares over this rank's shards (padding is always zero) -> SUM over the shard
   // group (HSDP replicas hold the same shards) -> sqrt. Stays a device tensor.
+  // One multi-tensor pass over the shards (ATen's _foreach_norm), one element per shard.
   auto sumsq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
-  for (const auto& g : grads) sumsq += g.to(torch::kFloat).pow(2).sum();
+  if (!grads.empty()) sumsq = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat).pow(2).sum().reshape({1});
   groups_.shard->all_reduce(sumsq);
   auto norm = sumsq.sqrt().reshape({});
 
   const double clip = args_.optim.clip_grad;
+  if (optimizer_->fused() && !sharded_scaler_) {
+    // Everything stays on the device (no host synchronisation inside the step): the clip coefficient becomes the
+    // fused kernel's grad divisor, and a non-finite norm skips the update there, on every rank alike (the norm
+    // is the all-reduced one).
+    torch::Tensor grad_scale;
+    if (clip > 0.0) grad_scale = torch::clamp_min((norm + 1e-6) / clip, 1.0).reshape({1});
+    auto found_inf = torch::isfinite(norm).logical_not().to(torch::kFloat).reshape({1});
+    optimizer_->step_fused(lr_scheduler_->lr(), grad_scale, found_inf);
+    return norm;
+  }
   if (clip > 0.0) {
     // As torch.nn.utils.clip_grad_norm_.
     auto coef = torch::clamp(clip / (norm + 1e-6), c10::nullopt, 1.0);

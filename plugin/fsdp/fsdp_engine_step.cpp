@@ -44,6 +44,7 @@ std::pair<torch::Tensor, ModelOutput> FSDPEngine::forward_step(const Batch& micr
   ModelOutput output;
   {
     // fp32 turns autocast off; the scope clears the autocast cache when it ends.
+    RECORD_USER_SCOPE("enginery::forward");
     compat::AutocastScope autocast(device_.type(), autocast_dtype_);
     output = model_->forward(inputs, head, fsdp_.get());
   }
@@ -58,7 +59,11 @@ std::pair<torch::Tensor, ModelOutput> FSDPEngine::forward_step(const Batch& micr
     throw EngineryError("a training step needs a loss function", "fsdp engine, rank " + std::to_string(args_.rank));
   }
   if (backward) {
-    (scaler_ ? scaler_->scale(loss) : loss).backward();
+    {
+      RECORD_USER_SCOPE("enginery::backward");
+      (scaler_ ? scaler_->scale(loss) : loss).backward();
+    }
+    RECORD_USER_SCOPE("enginery::after_backward");
     if (fsdp_) fsdp_->after_backward(sync_grads_);
   }
   return {loss, output};

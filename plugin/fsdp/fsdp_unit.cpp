@@ -122,8 +122,20 @@ void FsdpUnit::alloc_full_storage() {
 
 void FsdpUnit::unshard() {
   if (state_ == State::kUnsharded) return;
+  RECORD_USER_SCOPE("fsdp::unshard");
   torch::NoGradGuard no_grad;
   alloc_full_storage();
+  if (shard_group_->size() == 1) {
+    // Nothing to gather: cast the master shard straight into the full parameters (one pass, no staging buffers).
+    if (layout_->aliases_packed()) {
+      gathered_.copy_(shard_);
+    } else {
+      auto full = layout_->unpack(shard_);
+      for (size_t i = 0; i < params_.size(); ++i) params_[i].variable_data().copy_(full[i]);
+    }
+    state_ = State::kUnsharded;
+    return;
+  }
   auto local = shard_.to(precision_.param_dtype);
   if (layout_->aliases_packed()) {
     shard_group_->all_gather_into(gathered_, local);
@@ -151,8 +163,29 @@ bool FsdpUnit::has_full_grads() const {
   return false;
 }
 
+// One rank: the "reduction" of the fp32 sum is the identity, so each full gradient is added straight into its slice
+// of the shard gradient (fp32 += param_dtype in one kernel) instead of being packed, copied and added. Works where
+// the layout's views of the shard gradient alias it (every layout at one rank); false (nothing done) otherwise.
+bool FsdpUnit::accumulate_full_grads_in_place() {
+  auto views = layout_->unpack(shard_grad_);
+  for (const auto& v : views) {
+    if (!v.is_alias_of(shard_grad_)) return false;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& grad = params_[i].mutable_grad();
+    if (grad.defined()) views[i].add_(grad);
+    grad.reset();
+  }
+  return true;
+}
+
 void FsdpUnit::reduce_grads() {
+  RECORD_USER_SCOPE("fsdp::reduce_grads");
   torch::NoGradGuard no_grad;
+  if (shard_group_->size() == 1 && (replicate_group_ == nullptr || replicate_group_->size() == 1) &&
+      precision_.reduce_dtype == torch::kFloat && accumulate_full_grads_in_place()) {
+    return;
+  }
   std::vector<torch::Tensor> grads;
   for (const auto& p : params_) grads.push_back(p.grad());
   const int64_t s = layout_->shard_numel();

@@ -62,6 +62,7 @@ class ENGINERY_FSDP_API FsdpUnit {
  private:
   void free_full_storage();
   void alloc_full_storage();
+  bool accumulate_full_grads_in_place();
 
   std::string name_;
   std::vector<std::string> param_names_;
