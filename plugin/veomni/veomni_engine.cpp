@@ -12,10 +12,36 @@ namespace {
 const std::string kBuiltin = "builtin:";
 
 // A tensor of `shape` whose storage has no bytes: what a parameter of a rank that holds no weights looks like.
-torch::Tensor storage_less(const torch::Tensor& like) {
-  auto t = torch::empty({0}, like.options());
-  t.unsafeGetTensorImpl()->set_sizes_contiguous(like.sizes());
+torch::Tensor storage_less(at::IntArrayRef shape, const torch::TensorOptions& options) {
+  auto t = torch::empty({0}, options);
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(shape);
   return t;
+}
+
+// The module structure of `margs` with no weights: every parameter has its real shape and no storage.
+// LibTorch's C++ modules allocate and randomly fill their parameters as they are constructed (there is no
+// meta-device context in C++), so the model is constructed with hidden_size 1: every matrix of these decoders
+// (embeddings, q/k/v/o, gate/up/down, lm_head, score) has hidden_size on one side, which leaves vectors only,
+// about 1/hidden_size of the weights. A second such build with hidden_size 2 tells which dims are hidden_size;
+// each parameter then takes its real shape without storage. The forward reads shapes from the parameters only,
+// never args().hidden_size (which reads 1 on such a model).
+std::shared_ptr<models::CausalLM> structure_only(models::ModelArgs margs, models::HeadKind head) {
+  const int64_t hidden = margs.hidden_size;
+  margs.hidden_size = 1;
+  auto model = std::make_shared<models::CausalLM>(margs, head);
+  margs.hidden_size = 2;
+  models::CausalLM probe(margs, head);
+  const auto probe_params = probe.named_parameters();
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    std::vector<int64_t> shape = item.value().sizes().vec();
+    const auto grown = probe_params[item.key()].sizes();
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (grown[d] != shape[d]) shape[d] = hidden;
+    }
+    item.value().set_data(storage_less(shape, item.value().options()));
+  }
+  return model;
 }
 
 }  // namespace
@@ -72,8 +98,8 @@ std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
     built_full_weights_ = true;
     return FSDPEngine::build_model();
   }
-  // Structure only: LibTorch's C++ modules allocate their parameters when constructed (there is no meta-device
-  // context in C++), so the skeleton's storage is dropped at once; no weights are read or received here.
+  // Structure only: no weights are read, received or allocated here; the scatter in parallelize() fills the
+  // local shards.
   const models::HeadKind head = args_.model_type == "value_model" ? models::HeadKind::kValue
                                                                    : models::HeadKind::kLanguageModel;
   if (args_.model_type != "language_model" && args_.model_type != "value_model") {
@@ -83,9 +109,7 @@ std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
   const std::string& path = args_.model.path;
   const models::ModelArgs margs = path.rfind(kBuiltin, 0) == 0 ? models::builtin_args(path.substr(kBuiltin.size()))
                                                                 : models::read_hf_config(path);
-  auto model = std::make_shared<models::CausalLM>(margs, head);
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.set_data(storage_less(p));
+  auto model = structure_only(margs, head);
   model->set_gradient_checkpointing(args_.model.enable_gradient_checkpointing);
   return model;
 }

@@ -1,8 +1,9 @@
 #pragma once
 // VeOmniEngine: the VeOmni-style engine. It derives from fsdp::FSDPEngine across the plugin boundary and keeps its
 // step code (forward_step, forward_backward_batch, the optimizer step, checkpoints), but builds itself its own way:
-//   build_model()    rank 0 builds (or loads) the full model; every other rank builds only the module structure
-//                    and drops its storage at once, never loading or receiving full weights;
+//   build_model()    rank 0 builds (or loads) the full model; every other rank builds only the module structure:
+//                    parameters with their shapes and no storage, never allocating, loading or receiving full
+//                    weights;
 //   parallelize()    scatters each unit's fp32 master shards from rank 0 (FSDP2 per-parameter layout), with the
 //                    settings of veomni_settings.h; it never calls the base's build_fsdp_module;
 //   build_optimizer() AdamW over the master shards.
