@@ -76,7 +76,7 @@ TEST(VeOmniBuild, NonZeroRankHasTheFullModelsNamesAndShapesWithoutStorage) {
 }
 
 TEST(VeOmniBuild, NonZeroRankDoesNotMaterialiseTheWeights) {
-  // ~69M parameters (~280 MB in fp32): big enough that a full build stands far above allocator noise.
+  // ~79M parameters (300 MiB in fp32): big enough that a full build stands far above allocator noise.
   models::ModelArgs args = models::builtin_args("qwen2-tiny");
   args.vocab_size = 16384;
   args.hidden_size = 1024;
