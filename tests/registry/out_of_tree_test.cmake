@@ -1,5 +1,6 @@
 # ctest registry.out_of_tree_plugin: install this build into a fresh prefix, build examples/plugin against it
-# with find_package(enginery) only, and load the result with the installed `enginery plugins`.
+# with find_package(enginery) only, and load the result with the installed `enginery plugins`. The fixture it sets
+# up (WORK_DIR/prefix, WORK_DIR/build/plugins) is what conformance.example runs the suite on.
 # Inputs: BUILD_DIR, EXAMPLE_DIR, WORK_DIR, CXX_COMPILER, GENERATOR, [COMPILER_LAUNCHER].
 function(run step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -38,7 +39,9 @@ endif()
 run("enginery plugins" ${CMAKE_COMMAND} -E env --unset=ENGINERY_PLUGIN_PATH
     ${prefix}/bin/enginery plugins --plugin-dir ${build}/plugins)
 message("${step_output}")
-string(FIND "${step_output}" "language_model / example / cpu" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "the example plugin did not register its engine")
-endif()
+foreach(key "language_model / ddp / cpu" "value_model / ddp / cpu")
+  string(FIND "${step_output}" "${key}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the example plugin did not register ${key}")
+  endif()
+endforeach()
