@@ -13,7 +13,8 @@ def rows(path):
     for line in open(path):
         if line.strip():
             r = json.loads(line)
-            out[(r["impl"], r["ac"])] = r
+            # Rows compare only under the same settings (a different seq or batch is another benchmark).
+            out[(r["impl"], r["ac"], r["seq"], r["mbs"], r["world"])] = r
     return out
 
 

@@ -10,9 +10,9 @@ build=${1:-$root/build}
 save=${2:-}
 baseline=$root/bench/results/cpu-2rank-baseline.jsonl
 model=${BENCH_CPU_MODEL:-builtin:qwen2-tiny}
-seq=${BENCH_CPU_SEQ:-1024}
+seq=${BENCH_CPU_SEQ:-256}
 mbs=${BENCH_CPU_MBS:-2}
-steps=${BENCH_CPU_STEPS:-10}
+steps=${BENCH_CPU_STEPS:-6}
 warmup=${BENCH_CPU_WARMUP:-2}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
