@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "host_api/durable_fs.h"
 #include "host_api/error.h"
 
 namespace fs = std::filesystem;
@@ -14,15 +15,13 @@ namespace {
 
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kLatestFile = "latest_checkpointed_iteration.txt";
+constexpr const char* kEngineDir = "actor";
 
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw EngineryError("cannot write", tmp.string());
-  }
-  fs::rename(tmp, path);
+std::string state_json(const TrainerState& s) {
+  nlohmann::json j = {{"global_step", s.global_step},     {"epoch", s.epoch},
+                      {"step_in_epoch", s.step_in_epoch}, {"data_seed", s.data_seed},
+                      {"train_batch_size", s.train_batch_size}};
+  return j.dump(2) + "\n";
 }
 
 std::optional<TrainerState> read_state(const fs::path& dir) {
@@ -38,7 +37,7 @@ std::optional<TrainerState> read_state(const fs::path& dir) {
     s.train_batch_size = j.at("train_batch_size").get<int64_t>();
     return s;
   } catch (const std::exception&) {
-    return std::nullopt;  // cut short: not complete
+    return std::nullopt;  // not written by us
   }
 }
 
@@ -48,25 +47,38 @@ std::string checkpoint_dir(const std::string& output_dir, int64_t global_step) {
   return (fs::path(output_dir) / ("global_step_" + std::to_string(global_step))).string();
 }
 
+std::string engine_checkpoint_dir(const std::string& checkpoint_dir) {
+  return (fs::path(checkpoint_dir) / kEngineDir).string();
+}
+
+std::string temp_checkpoint_dir(const std::string& output_dir, int64_t global_step) {
+  return durable::temp_dir_for(checkpoint_dir(output_dir, global_step)).string();
+}
+
+void begin_checkpoint(const std::string& output_dir, int64_t global_step) {
+  durable::fresh_dir(temp_checkpoint_dir(output_dir, global_step));
+}
+
+void commit_checkpoint(const std::string& output_dir, const TrainerState& state, int64_t max_ckpt_to_keep) {
+  const fs::path tmp = temp_checkpoint_dir(output_dir, state.global_step);
+  const fs::path final_dir = checkpoint_dir(output_dir, state.global_step);
+  durable::write_file(tmp / kStateFile, state_json(state));
+  durable::publish_dir(tmp, final_dir);
+  durable::replace_file(fs::path(output_dir) / kLatestFile, std::to_string(state.global_step) + "\n");
+  durable::retain_newest(final_dir, max_ckpt_to_keep, kStateFile);
+}
+
 void write_trainer_state(const std::string& output_dir, const TrainerState& s) {
-  nlohmann::json j = {{"global_step", s.global_step},     {"epoch", s.epoch},
-                      {"step_in_epoch", s.step_in_epoch}, {"data_seed", s.data_seed},
-                      {"train_batch_size", s.train_batch_size}};
-  write_atomically(fs::path(checkpoint_dir(output_dir, s.global_step)) / kStateFile, j.dump(2) + "\n");
-  write_atomically(fs::path(output_dir) / kLatestFile, std::to_string(s.global_step) + "\n");
+  durable::replace_file(fs::path(checkpoint_dir(output_dir, s.global_step)) / kStateFile, state_json(s));
+  durable::replace_file(fs::path(output_dir) / kLatestFile, std::to_string(s.global_step) + "\n");
 }
 
 std::optional<TrainerState> find_latest_checkpoint(const std::string& output_dir) {
-  std::ifstream marker(fs::path(output_dir) / kLatestFile);
-  int64_t step = -1;
-  if (marker >> step) {
-    if (auto s = read_state(checkpoint_dir(output_dir, step))) return s;
-  }
+  // Every published global_step_<N> is complete, so the highest one wins; the marker may lag behind a kill.
   std::optional<TrainerState> best;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || name.rfind("global_step_", 0) != 0) continue;
+    if (!entry.is_directory() || durable::global_step_of(entry.path()) < 0) continue;
     auto s = read_state(entry.path());
     if (s && (!best || s->global_step > best->global_step)) best = s;
   }

@@ -1,8 +1,12 @@
 #pragma once
-// The trainer's side of a checkpoint. <out>/global_step_<N>/ holds the engine's shards and, written by rank 0 only
-// after every rank's engine save returned, trainer_state.json (global step, data position, seed). A checkpoint is
-// complete exactly when trainer_state.json exists; <out>/latest_checkpointed_iteration.txt (verl's name) names
-// the newest complete one and is replaced atomically.
+// The trainer's side of a checkpoint (verl's layout):
+//   <out>/global_step_<N>/actor/               the engine's checkpoint (any engine format; FSDP: CHECKPOINT.md)
+//   <out>/global_step_<N>/trainer_state.json   global step, data position, seed, batch size
+//   <out>/latest_checkpointed_iteration.txt    verl's marker, informative
+// The whole global_step_<N> is built under <out>/.global_step_<N>.tmp and renamed into place by rank 0 only after
+// every rank's engine save returned and trainer_state.json is on disk, so a directory with that name is always
+// complete and resumable: a kill at any moment leaves the previous one as the newest. Retention runs after the
+// rename and counts complete directories on disk, so it never removes the last resumable one.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,11 +22,21 @@ struct TrainerState {
 };
 
 std::string checkpoint_dir(const std::string& output_dir, int64_t global_step);
+// Where the engine's checkpoint lives inside a checkpoint directory (published or temporary).
+std::string engine_checkpoint_dir(const std::string& checkpoint_dir);
+// The temporary directory a save of `global_step` builds in.
+std::string temp_checkpoint_dir(const std::string& output_dir, int64_t global_step);
 
-// Rank 0, after the engine's save: trainer_state.json, then the latest marker.
+// Rank 0, before any rank saves: removes a killed save's leftover and creates temp_checkpoint_dir empty.
+void begin_checkpoint(const std::string& output_dir, int64_t global_step);
+// Rank 0, after every rank's engine save returned: trainer_state.json into the temporary directory, fsync, rename
+// to checkpoint_dir, the latest marker, then retention (max_ckpt_to_keep > 0: keep that many complete ones).
+void commit_checkpoint(const std::string& output_dir, const TrainerState& state, int64_t max_ckpt_to_keep);
+
+// trainer_state.json into an existing checkpoint_dir(output_dir, state.global_step), then the latest marker.
 void write_trainer_state(const std::string& output_dir, const TrainerState& state);
 
-// The newest complete checkpoint: the marker's when it is complete, else the highest complete global_step_<N>.
+// The newest complete checkpoint: the highest global_step_<N> holding a readable trainer_state.json.
 std::optional<TrainerState> find_latest_checkpoint(const std::string& output_dir);
 
 }  // namespace enginery

@@ -149,7 +149,7 @@ int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector
                                 "; resuming with other values would not continue the same data order",
                             out_dir, "the seed and batch size it was saved with");
       }
-      engine->load_checkpoint(checkpoint_dir(out_dir, state->global_step));
+      engine->load_checkpoint(engine_checkpoint_dir(checkpoint_dir(out_dir, state->global_step)));
       start = state->global_step;
       if (lead) {
         std::cout << "resumed from " << checkpoint_dir(out_dir, start) << " (epoch " << state->epoch << ", step "
@@ -247,13 +247,17 @@ int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector
     const bool last = step == total;
     if (eval.enabled && (step % config.trainer.test_freq == 0 || last)) run_eval(step);
     if (config.trainer.save_freq > 0 && (step % config.trainer.save_freq == 0 || last)) {
+      // The whole directory is built under a temporary name and published by rank 0 once the engine's files and
+      // the data position are on disk (checkpoint_state.h); retention is ours, counting only resumable ones.
       const std::string dir = checkpoint_dir(out_dir, step);
-      engine->save_checkpoint(dir, step, config.trainer.max_ckpt_to_keep);
-      barrier(group, device);  // every rank's shard is on disk before the checkpoint is declared complete
+      if (lead) begin_checkpoint(out_dir, step);
+      barrier(group, device);
+      engine->save_checkpoint(engine_checkpoint_dir(temp_checkpoint_dir(out_dir, step)), step, 0);
+      barrier(group, device);  // every rank's engine save returned
       if (lead) {
         TrainerState state{step, sampler.epoch_of(step), step % sampler.steps_per_epoch(), config.data.seed,
                            config.data.train_batch_size};
-        write_trainer_state(out_dir, state);
+        commit_checkpoint(out_dir, state, config.trainer.max_ckpt_to_keep);
         ++summary.checkpoints;
         std::cout << "checkpoint saved: " << dir << "\n" << std::flush;
       }

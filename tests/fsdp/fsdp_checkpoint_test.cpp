@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <csignal>
+#include <iostream>
 #include <filesystem>
 #include <fstream>
 
@@ -86,13 +88,21 @@ TEST(FsdpCheckpoint, ResumeIsBitwiseExact) {
     before.initialize();
     for (int i = 0; i < kN; ++i) step(before);
     const std::string dir = ctx.shared_dir + "/global_step_3";
+    const auto t0 = std::chrono::steady_clock::now();
     before.save_checkpoint(dir, kN, 0);
+    const auto t1 = std::chrono::steady_clock::now();
 
     auto fresh_args = args;
     fresh_args.engine.seed = 7;  // other weights and another generator state until the load
     fsdp::FSDPEngine after(fresh_args, tiny_builder(TinyConfig{}));
     after.initialize();
+    const auto t2 = std::chrono::steady_clock::now();
     after.load_checkpoint(dir);
+    const auto t3 = std::chrono::steady_clock::now();
+    if (ctx.rank == 0) {
+      std::cout << "tiny model, 2 ranks: save " << std::chrono::duration<double, std::milli>(t1 - t0).count()
+                << " ms, load " << std::chrono::duration<double, std::milli>(t3 - t2).count() << " ms\n";
+    }
     for (int i = kN; i < 2 * kN; ++i) {
       auto out = step(after);
       EXPECT_TRUE(torch::equal(out.loss, straight_out[i].loss)) << "step " << i + 1 << " loss";
