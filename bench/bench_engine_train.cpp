@@ -122,9 +122,10 @@ int main(int argc, char** argv) {
   compat::cuda_reset_peak_memory();
   std::vector<double> losses, times;
   auto torch_device = torch::Device(device == "cuda" ? torch::kCUDA : torch::kCPU, device == "cuda" ? local_rank : -1);
-  for (int64_t step = 0; step < warmup + steps; ++step) {
+  // Step k of rank r reads its own mbs x seq window of the token file, as the reference script does.
+  auto batch_for_step = [&](int64_t step) {
     const int64_t offset = (step * world + rank) * mbs * seq;
-    TORCH_CHECK(offset + mbs * seq <= all.numel(), "token file too short for ", warmup + steps, " steps");
+    TORCH_CHECK(offset + mbs * seq <= all.numel(), "token file too short for step ", step);
     auto ids = all.slice(0, offset, offset + mbs * seq).view({mbs, seq}).to(torch_device);
     Batch batch;
     batch.set("input_ids", ids);
@@ -132,6 +133,10 @@ int main(int argc, char** argv) {
     auto mask = torch::ones_like(ids, torch::kFloat);
     mask.select(1, 0).zero_();
     batch.set("loss_mask", mask);
+    return batch;
+  };
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    Batch batch = batch_for_step(step);
     compat::device_synchronize(torch_device);
     auto t0 = std::chrono::steady_clock::now();
     auto result = engine->train_batch(batch, sft);
@@ -148,15 +153,7 @@ int main(int argc, char** argv) {
     using torch::profiler::impl::ActivityType;
     const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
     const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
-    const int64_t offset = ((warmup + steps) * world + rank) * mbs * seq;
-    TORCH_CHECK(offset + mbs * seq <= all.numel(), "token file too short for the profiled step");
-    auto ids = all.slice(0, offset, offset + mbs * seq).view({mbs, seq}).to(torch_device);
-    Batch batch;
-    batch.set("input_ids", ids);
-    batch.set("attention_mask", torch::ones_like(ids));
-    auto mask = torch::ones_like(ids, torch::kFloat);
-    mask.select(1, 0).zero_();
-    batch.set("loss_mask", mask);
+    Batch batch = batch_for_step(warmup + steps);
     compat::device_synchronize(torch_device);
     prof::prepareProfiler(config, activities);
     prof::enableProfiler(config, activities);

@@ -24,6 +24,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The message of what `step` threw, "" when it succeeded: a rank's failure becomes a flag all ranks agree on
+// (agree_or_throw) instead of an exception that would leave the others waiting in a collective.
+std::string error_of(const std::function<void()>& step) {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
 struct Contents {
   bool model = false, optimizer = false, extra = false, hf_model = false;
 };
@@ -133,24 +144,14 @@ void FSDPEngine::export_hf(const std::string& dir, int64_t max_shard_bytes) {
   require_sharded("export_hf");
   const bool lead = world_collectives().rank() == 0;
   const fs::path final_path(dir), tmp = durable::temp_dir_for(final_path);
-  std::string error;
-  if (lead) {
-    try {
-      durable::fresh_dir(tmp);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  agree_or_throw(error, "export_hf " + dir, {});
-  error = write_hf_weights(tmp.string(), max_shard_bytes);
+  agree_or_throw(lead ? error_of([&] { durable::fresh_dir(tmp); }) : "", "export_hf " + dir, {});
+  std::string error = write_hf_weights(tmp.string(), max_shard_bytes);
   if (lead && error.empty()) {
-    try {
+    error = error_of([&] {
       durable::sync_path(tmp);
       for (const auto& entry : fs::directory_iterator(tmp)) durable::sync_path(entry.path());
       durable::publish_dir(tmp, final_path);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+    });
   }
   agree_or_throw(error, "export_hf " + dir, [&] {
     std::error_code ec;
@@ -170,15 +171,8 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
   };
 
   // 1. The temporary directory.
+  agree_or_throw(lead ? error_of([&] { durable::fresh_dir(tmp); }) : "", "save_checkpoint " + path, {});
   std::string error;
-  if (lead) {
-    try {
-      durable::fresh_dir(tmp);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  agree_or_throw(error, "save_checkpoint " + path, {});
 
   // 2. This rank's files.
   ckpt::CheckpointPlan plan(*fsdp_, *model_);
@@ -282,11 +276,8 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
   }
   agree_or_throw(error, "save_checkpoint " + path, remove_tmp);
   if (lead) {
-    try {
-      durable::retain_newest(final_path, max_ckpt_to_keep, ckpt::kMetadataFile);
-    } catch (const std::exception& e) {
-      error = std::string("checkpoint saved, but removing old ones failed: ") + e.what();
-    }
+    error = error_of([&] { durable::retain_newest(final_path, max_ckpt_to_keep, ckpt::kMetadataFile); });
+    if (!error.empty()) error = "checkpoint saved, but removing old ones failed: " + error;
   }
   agree_or_throw(error, "save_checkpoint retention " + path, {});
 }
