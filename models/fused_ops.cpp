@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "host_api/torch_compat.h"
+#include "kernels/fused_cuda.h"
 
 namespace enginery {
 namespace models {
@@ -15,6 +16,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
     ctx->save_for_backward({gate, up});
+    if (kernels::applies(gate)) return kernels::swiglu(gate, up);
     return torch::silu(gate).mul_(up);
   }
 
@@ -23,6 +25,10 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const auto& gate = saved[0];
     const auto& up = saved[1];
     const auto& g = grads[0];
+    if (kernels::applies(gate)) {
+      auto d = kernels::swiglu_backward(g, gate, up);
+      return {d.first, d.second};
+    }
     // Same products autograd forms for silu(gate) * up: d/dup = g * silu(gate), d/dgate = silu'(gate) * (g * up).
     auto grad_up = torch::silu(gate).mul_(g);
     auto grad_gate = at::silu_backward(g * up, gate);
@@ -30,7 +36,64 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
+class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up,
+                               const torch::Tensor& weight) {
+    ctx->save_for_backward({gate, up, weight});
+    return at::linear(kernels::swiglu(gate, up), weight.to(gate.scalar_type()));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& gate = saved[0];
+    const auto& up = saved[1];
+    const auto& weight = saved[2];
+    compat::AutocastScope no_autocast(gate.device().type(), c10::kFloat);
+    torch::NoGradGuard no_grad;
+    const auto dtype = gate.scalar_type();
+    const int64_t inner = gate.size(-1);
+    auto w = weight.to(dtype);
+    auto g = grads[0].to(dtype).reshape({-1, w.size(0)});
+    auto product = kernels::swiglu(gate, up).view({-1, inner});
+    auto grad_weight = torch::mm(g.t(), product);
+    product.reset();
+    auto grad_product = torch::mm(g, w).view(gate.sizes());
+    auto d = kernels::swiglu_backward(grad_product, gate, up);
+    return {d.first, d.second, grad_weight.to(weight.scalar_type())};
+  }
+};
+
+// Only the rotated tensor's gradient flows back: the tables are position functions, never trained.
+class RopeFunction : public torch::autograd::Function<RopeFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return kernels::rope(x, cos, sin, /*transpose=*/false);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    return {kernels::rope(grads[0], saved[0], saved[1], /*transpose=*/true), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+bool fused_swiglu_down_applies(const torch::Tensor& gate, const torch::Tensor& up) {
+  return kernels::applies(gate) && gate.scalar_type() == up.scalar_type() && gate.sizes() == up.sizes();
+}
+
+torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& down_weight) {
+  return SwigluDownFunction::apply(gate, up, down_weight);
+}
+
+bool fused_rope_applies(const torch::Tensor& x) { return kernels::applies(x) && x.dim() == 4; }
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return RopeFunction::apply(x, cos, sin);
+}
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   if (gate.scalar_type() != up.scalar_type()) return torch::silu(gate) * up;  // promotion: leave it to autograd

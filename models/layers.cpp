@@ -53,8 +53,11 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// x [B, heads, T, D]; cos/sin [B, T, D].
-torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
+// x [B, T, heads, D] (q or k as projected); cos/sin [B, T, D]. Returns [B, heads, T, D] (a transposed view on
+// the fused path, as transformers hands SDPA; a contiguous tensor otherwise).
+torch::Tensor apply_rope(const torch::Tensor& x_bthd, const RopeTables& rope) {
+  if (fused_rope_applies(x_bthd)) return models::rope(x_bthd, rope.cos, rope.sin).transpose(1, 2);
+  auto x = x_bthd.transpose(1, 2);
   auto cos = rope.cos.unsqueeze(1).to(x.scalar_type());
   auto sin = rope.sin.unsqueeze(1).to(x.scalar_type());
   return x * cos + rotate_half(x) * sin;
@@ -86,8 +89,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = apply_rope(q.transpose(1, 2), ctx.rope);
-  k = apply_rope(k.transpose(1, 2), ctx.rope);
+  q = apply_rope(q, ctx.rope);
+  k = apply_rope(k, ctx.rope);
   if (kv_heads_ != heads_) {
     // Grouped-query attention: query head h reads kv head h / (heads / kv_heads), as transformers' repeat_kv.
     const int64_t rep = heads_ / kv_heads_;
@@ -116,7 +119,12 @@ MLPImpl::MLPImpl(const ModelArgs& a) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return down_proj(swiglu(gate_proj(x), up_proj(x)));
+  auto gate = gate_proj(x);
+  auto up = up_proj(x);
+  if (!down_proj->bias.defined() && fused_swiglu_down_applies(gate, up)) {
+    return swiglu_down(gate, up, down_proj->weight);
+  }
+  return down_proj(swiglu(gate, up));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "host_api/error.h"
+#include "kernels/fused_cuda.h"
 
 namespace enginery {
 namespace fsdp {
@@ -173,7 +174,14 @@ bool FsdpUnit::accumulate_full_grads_in_place() {
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& grad = params_[i].mutable_grad();
-    if (grad.defined()) views[i].add_(grad);
+    if (grad.defined()) {
+      // ATen's mixed-dtype add is an unvectorised kernel at a third of the copy bandwidth; ours reads each 16 bytes.
+      if (kernels::applies(grad) && views[i].is_contiguous()) {
+        kernels::accumulate_(views[i], grad);
+      } else {
+        views[i].add_(grad);
+      }
+    }
     grad.reset();
   }
   return true;

@@ -1,0 +1,141 @@
+#include "kernels/fused_cuda.h"
+
+#include <stdexcept>
+
+#ifdef ENGINERY_HAS_CUDA_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/launchers.h"
+#endif
+
+namespace enginery {
+namespace kernels {
+
+#ifdef ENGINERY_HAS_CUDA_KERNELS
+
+namespace {
+
+launch::Elem elem_of(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kBFloat16: return launch::Elem::kBFloat16;
+    case torch::kHalf: return launch::Elem::kHalf;
+    case torch::kFloat: return launch::Elem::kFloat;
+    default: throw std::invalid_argument(std::string("enginery kernels: unsupported dtype ") +
+                                         c10::toString(t.scalar_type()) + " (allowed: bfloat16, half, float)");
+  }
+}
+
+void* stream() { return static_cast<void*>(at::cuda::getCurrentCUDAStream().stream()); }
+
+void require(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(std::string("enginery kernels: ") + what);
+}
+
+}  // namespace
+
+bool available() { return true; }
+
+bool applies(const torch::Tensor& t) {
+  return t.defined() && t.is_cuda() && (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf);
+}
+
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  const c10::cuda::CUDAGuard guard(gate.device());
+  require(gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type(), "swiglu: gate and up differ");
+  auto g = gate.contiguous(), u = up.contiguous();
+  auto out = torch::empty_like(g);
+  launch::swiglu_forward(elem_of(g), g.data_ptr(), u.data_ptr(), out.data_ptr(), g.numel(), stream());
+  return out;
+}
+
+std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor& grad, const torch::Tensor& gate,
+                                                        const torch::Tensor& up) {
+  const c10::cuda::CUDAGuard guard(gate.device());
+  auto dy = grad.to(gate.scalar_type()).contiguous(), g = gate.contiguous(), u = up.contiguous();
+  require(dy.sizes() == g.sizes() && g.sizes() == u.sizes(), "swiglu_backward: shapes differ");
+  auto grad_gate = torch::empty_like(g), grad_up = torch::empty_like(g);
+  launch::swiglu_backward(elem_of(g), dy.data_ptr(), g.data_ptr(), u.data_ptr(), grad_gate.data_ptr(),
+                          grad_up.data_ptr(), g.numel(), stream());
+  return {grad_gate, grad_up};
+}
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool transpose) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  require(x.dim() == 4 && cos.dim() == 3 && cos.sizes() == sin.sizes() && x.size(0) == cos.size(0) &&
+              x.size(1) == cos.size(1) && x.size(3) == cos.size(2) && x.size(3) % 2 == 0,
+          "rope: x must be [B, T, heads, D] and cos/sin [B, T, D] with even D");
+  auto xc = x.contiguous();
+  auto table_dtype = cos.scalar_type() == torch::kFloat ? torch::kFloat : x.scalar_type();
+  auto c = cos.to(table_dtype).contiguous(), s = sin.to(table_dtype).contiguous();
+  auto out = torch::empty_like(xc);
+  launch::rope(elem_of(xc), elem_of(c), xc.data_ptr(), c.data_ptr(), s.data_ptr(), out.data_ptr(),
+               x.size(0) * x.size(1), x.size(2), x.size(3), transpose, stream());
+  return out;
+}
+
+void accumulate_(torch::Tensor& dst, const torch::Tensor& src) {
+  const c10::cuda::CUDAGuard guard(dst.device());
+  require(dst.scalar_type() == torch::kFloat && dst.is_contiguous() && dst.numel() == src.numel(),
+          "accumulate_: dst must be contiguous fp32 with src's number of elements");
+  auto s = src.contiguous();
+  launch::accumulate_fp32(elem_of(s), dst.data_ptr<float>(), s.data_ptr(), s.numel(), stream());
+}
+
+void log_softmax_stats(const torch::Tensor& logits, const torch::Tensor& targets, torch::Tensor lse,
+                       torch::Tensor target_logp, torch::Tensor entropy) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  require(logits.dim() == 2 && logits.is_contiguous(), "log_softmax_stats: logits must be contiguous [R, V]");
+  require(lse.is_contiguous() && target_logp.is_contiguous() && lse.scalar_type() == torch::kFloat &&
+              target_logp.scalar_type() == torch::kFloat && (!entropy.defined() || entropy.is_contiguous()),
+          "log_softmax_stats: outputs must be contiguous fp32");
+  auto t = targets.to(torch::kLong).contiguous();
+  launch::log_softmax_stats(elem_of(logits), logits.data_ptr(), t.data_ptr<int64_t>(), logits.size(0),
+                            logits.size(1), lse.data_ptr<float>(), target_logp.data_ptr<float>(),
+                            entropy.defined() ? entropy.data_ptr<float>() : nullptr, stream());
+}
+
+void log_softmax_grad_(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
+                       const torch::Tensor& entropy, const torch::Tensor& g_lp, const torch::Tensor& g_ent) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  require(logits.dim() == 2 && logits.is_contiguous(), "log_softmax_grad_: logits must be contiguous [R, V]");
+  auto t = targets.to(torch::kLong).contiguous();
+  auto f32 = [](const torch::Tensor& v) { return v.defined() ? v.to(torch::kFloat).contiguous() : v; };
+  auto l = f32(lse), h = f32(entropy), gl = f32(g_lp), ge = f32(g_ent);
+  require(!ge.defined() || h.defined(), "log_softmax_grad_: an entropy gradient needs the entropy");
+  launch::log_softmax_grad(elem_of(logits), logits.data_ptr(), t.data_ptr<int64_t>(), logits.size(0),
+                           logits.size(1), l.data_ptr<float>(), h.defined() ? h.data_ptr<float>() : nullptr,
+                           gl.defined() ? gl.data_ptr<float>() : nullptr, ge.defined() ? ge.data_ptr<float>() : nullptr,
+                           stream());
+}
+
+#else  // no CUDA kernels in this build
+
+namespace {
+[[noreturn]] void not_built(const char* what) {
+  throw std::logic_error(std::string("enginery kernels: ") + what +
+                         " called in a build without CUDA kernels (check kernels::applies first)");
+}
+}  // namespace
+
+bool available() { return false; }
+bool applies(const torch::Tensor&) { return false; }
+torch::Tensor swiglu(const torch::Tensor&, const torch::Tensor&) { not_built("swiglu"); }
+std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor&, const torch::Tensor&,
+                                                        const torch::Tensor&) {
+  not_built("swiglu_backward");
+}
+torch::Tensor rope(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, bool) { not_built("rope"); }
+void accumulate_(torch::Tensor&, const torch::Tensor&) { not_built("accumulate_"); }
+void log_softmax_stats(const torch::Tensor&, const torch::Tensor&, torch::Tensor, torch::Tensor, torch::Tensor) {
+  not_built("log_softmax_stats");
+}
+void log_softmax_grad_(torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                       const torch::Tensor&, const torch::Tensor&) {
+  not_built("log_softmax_grad_");
+}
+
+#endif
+
+}  // namespace kernels
+}  // namespace enginery

@@ -1,0 +1,39 @@
+#pragma once
+// LibTorch face of enginery's CUDA kernels (kernels/cuda/). Built only where LibTorch has CUDA and nvcc is found
+// (ENGINERY_HAS_CUDA_KERNELS); elsewhere available() is false and callers keep their ATen composition, which
+// computes the same functions (the GPU tests compare the two).
+#include <torch/torch.h>
+
+#include <utility>
+
+namespace enginery {
+namespace kernels {
+
+// Compiled in, and `t` is a CUDA tensor of a dtype the kernels take (bf16, fp16; fp32 where noted).
+bool available();
+bool applies(const torch::Tensor& t);
+
+// silu(gate) * up and its gradient, for contiguous tensors of one shape and dtype.
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor& grad, const torch::Tensor& gate,
+                                                        const torch::Tensor& up);
+
+// Rotary embedding of x [B, T, heads, D] with tables cos/sin [B, T, D] (fp32 or x's dtype); `transpose` applies
+// the inverse rotation (the backward). Returns a new contiguous [B, T, heads, D] tensor.
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool transpose);
+
+// dst += src where dst is contiguous fp32 and src (bf16, fp16 or fp32) has dst's number of elements: one pass, no
+// fp32 copy of src.
+void accumulate_(torch::Tensor& dst, const torch::Tensor& src);
+
+// Per row of logits [R, V]: log-sum-exp, log-prob of targets[r], and the entropy when `entropy` is defined; each
+// an fp32 [R] tensor the caller allocated (may be rows of a larger one).
+void log_softmax_stats(const torch::Tensor& logits, const torch::Tensor& targets, torch::Tensor lse,
+                       torch::Tensor target_logp, torch::Tensor entropy);
+// Overwrites logits [R, V] with d(g_lp * logp_target + g_ent * entropy)/dlogits. g_lp / g_ent (fp32 [R]) may be
+// undefined; entropy is needed only with g_ent.
+void log_softmax_grad_(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
+                       const torch::Tensor& entropy, const torch::Tensor& g_lp, const torch::Tensor& g_ent);
+
+}  // namespace kernels
+}  // namespace enginery

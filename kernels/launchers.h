@@ -1,0 +1,40 @@
+#pragma once
+// Launchers of enginery's CUDA kernels (kernels/cuda/*.cu). Plain C++ on purpose: the .cu files are compiled by
+// nvcc without LibTorch, and the LibTorch-facing wrappers (kernels/fused_cuda.h) check shapes and dtypes first.
+// Pointers are device pointers of contiguous arrays; `stream` is a cudaStream_t.
+#include <cstdint>
+
+namespace enginery {
+namespace kernels {
+namespace launch {
+
+enum class Elem { kBFloat16, kHalf, kFloat };
+
+// out = silu(gate) * up, computed in fp32, rounded once.
+void swiglu_forward(Elem e, const void* gate, const void* up, void* out, int64_t n, void* stream);
+// grad_gate = grad * up * silu'(gate), grad_up = grad * silu(gate).
+void swiglu_backward(Elem e, const void* grad, const void* gate, const void* up, void* grad_gate, void* grad_up,
+                     int64_t n, void* stream);
+
+// Rotary embedding of x [rows, heads, dim] with tables cos/sin [rows, dim] (table_elem: kFloat or e):
+// forward  out_lo = x_lo cos_lo - x_hi sin_lo,  out_hi = x_hi cos_hi + x_lo sin_hi;
+// transpose (the backward) applies the transposed rotation.
+void rope(Elem e, Elem table_elem, const void* x, const void* cos, const void* sin, void* out, int64_t rows,
+          int64_t heads, int64_t dim, bool transpose, void* stream);
+
+// dst[i] += src[i] for fp32 dst.
+void accumulate_fp32(Elem src_elem, float* dst, const void* src, int64_t n, void* stream);
+
+// Per row of logits [rows, vocab]: lse = log sum exp, target_logp = z[target] - lse, and when entropy != nullptr
+// the entropy lse - sum p z. All outputs fp32 [rows].
+void log_softmax_stats(Elem e, const void* logits, const int64_t* targets, int64_t rows, int64_t vocab, float* lse,
+                       float* target_logp, float* entropy, void* stream);
+
+// In place: logits[r, j] <- d(g_lp[r] * logp[r, target] + g_ent[r] * H[r]) / dz[r, j]
+//   = g_lp (onehot - p) - g_ent p (log p + H). g_lp / g_ent may be nullptr (treated as zero).
+void log_softmax_grad(Elem e, void* logits, const int64_t* targets, int64_t rows, int64_t vocab, const float* lse,
+                      const float* entropy, const float* g_lp, const float* g_ent, void* stream);
+
+}  // namespace launch
+}  // namespace kernels
+}  // namespace enginery
