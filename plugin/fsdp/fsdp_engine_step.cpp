@@ -61,6 +61,7 @@ std::pair<torch::Tensor, ModelOutput> FSDPEngine::forward_step(const Batch& micr
   if (backward) {
     {
       RECORD_USER_SCOPE("enginery::backward");
+      if (fsdp_) fsdp_->before_backward(sync_grads_);
       (scaler_ ? scaler_->scale(loss) : loss).backward();
     }
     RECORD_USER_SCOPE("enginery::after_backward");

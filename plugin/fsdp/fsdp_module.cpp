@@ -125,14 +125,18 @@ void FsdpModule::pre_forward(size_t unit) {
 }
 
 void FsdpModule::post_forward(size_t unit, const std::vector<torch::Tensor>& outputs) {
-  if (!options_.reshard_after_forward || unit == 0 || unit + 1 == units_.size()) return;
-  units_[unit].reshard();
+  const bool reshard = options_.reshard_after_forward && unit != 0 && unit + 1 != units_.size();
+  if (reshard) units_[unit].reshard();
   if (!torch::GradMode::is_enabled()) return;
-  // Gather again just before this unit's backward: the gradient of its outputs arrives first.
+  // The gradient of this unit's outputs arrives once the next unit's backward is over (it consumed them): the
+  // next unit is finished there, and this one gathered again just before its own backward. Autograd runs every
+  // pending gradient accumulation before the node this hook guards, so the next unit's grads are all in place.
   for (const auto& out : outputs) {
     if (!out.defined() || !out.requires_grad()) continue;
-    FsdpUnit* u = &units_[unit];
-    out.register_hook([u](const torch::Tensor&) { u->unshard(); });
+    out.register_hook([this, unit, reshard](const torch::Tensor&) {
+      if (unit + 1 < units_.size()) finish_backward(unit + 1);
+      if (reshard) units_[unit].unshard();
+    });
   }
 }
 
@@ -140,13 +144,28 @@ void FsdpModule::after_forward_only() {
   for (auto& u : units_) u.reshard();
 }
 
+void FsdpModule::before_backward(bool sync) {
+  in_backward_ = true;
+  sync_in_backward_ = sync;
+  finished_.assign(units_.size(), false);
+}
+
+void FsdpModule::finish_backward(size_t unit) {
+  if (!in_backward_ || finished_[unit]) return;
+  finished_[unit] = true;
+  if (sync_in_backward_) units_[unit].reduce_grads();
+  units_[unit].reshard();
+}
+
 void FsdpModule::after_backward(bool sync) {
   // A unit whose outputs got no gradient (unused this step) may still be sharded; unshard() is then a no-op for
   // the rest, and reduce_grads packs zeros for it, so every rank issues the same collectives.
-  for (auto& u : units_) {
-    if (sync) u.reduce_grads();
-    u.reshard();
+  for (size_t i = 0; i < units_.size(); ++i) {
+    if (in_backward_ && finished_[i]) continue;
+    if (sync) units_[i].reduce_grads();
+    units_[i].reshard();
   }
+  in_backward_ = false;
 }
 
 void FsdpModule::zero_grad() {

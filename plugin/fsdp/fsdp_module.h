@@ -54,7 +54,12 @@ class ENGINERY_FSDP_API FsdpModule : public models::UnitHooks {
 
   // After a forward without backward (no-grad or forward_only): reshard everything.
   void after_forward_only();
-  // After backward: with `sync`, reduce every unit's full grads into the shard grads; then reshard every unit.
+  // Before backward: from here on each unit is finished as soon as its own backward ends (the gradient of its
+  // input is complete): with `sync` its full grads are reduced into the shard grads and freed, and it is resharded,
+  // so at most a few units hold full parameters and gradients at any time (FSDP2's post-backward).
+  void before_backward(bool sync);
+  // After backward: finishes the units backward did not (the first, which may hold tied weights, and any unit
+  // that got no gradient): with `sync`, reduce their full grads into the shard grads; then reshard every unit.
   // Without `sync` (an earlier micro-batch) the full grads stay and keep accumulating, as FSDP's no_sync.
   void after_backward(bool sync);
 
@@ -68,6 +73,11 @@ class ENGINERY_FSDP_API FsdpModule : public models::UnitHooks {
   DpGroups groups_;
   FsdpOptions options_;
   std::vector<FsdpUnit> units_;
+
+  void finish_backward(size_t unit);
+  bool in_backward_ = false;
+  bool sync_in_backward_ = false;
+  std::vector<bool> finished_;  // per unit, this backward
 };
 
 }  // namespace fsdp
