@@ -74,12 +74,12 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
   return out;
 }
 
-void accumulate_(torch::Tensor& dst, const torch::Tensor& src) {
+void accumulate_(torch::Tensor& dst, const torch::Tensor& src, bool overwrite) {
   const c10::cuda::CUDAGuard guard(dst.device());
   require(dst.scalar_type() == torch::kFloat && dst.is_contiguous() && dst.numel() == src.numel(),
           "accumulate_: dst must be contiguous fp32 with src's number of elements");
   auto s = src.contiguous();
-  launch::accumulate_fp32(elem_of(s), dst.data_ptr<float>(), s.data_ptr(), s.numel(), stream());
+  launch::accumulate_fp32(elem_of(s), dst.data_ptr<float>(), s.data_ptr(), s.numel(), overwrite, stream());
 }
 
 void log_softmax_stats(const torch::Tensor& logits, const torch::Tensor& targets, torch::Tensor lse,
@@ -126,7 +126,7 @@ std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor&, co
   not_built("swiglu_backward");
 }
 torch::Tensor rope(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, bool) { not_built("rope"); }
-void accumulate_(torch::Tensor&, const torch::Tensor&) { not_built("accumulate_"); }
+void accumulate_(torch::Tensor&, const torch::Tensor&, bool) { not_built("accumulate_"); }
 void log_softmax_stats(const torch::Tensor&, const torch::Tensor&, torch::Tensor, torch::Tensor, torch::Tensor) {
   not_built("log_softmax_stats");
 }

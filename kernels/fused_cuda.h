@@ -23,8 +23,8 @@ std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor& gra
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool transpose);
 
 // dst += src where dst is contiguous fp32 and src (bf16, fp16 or fp32) has dst's number of elements: one pass, no
-// fp32 copy of src.
-void accumulate_(torch::Tensor& dst, const torch::Tensor& src);
+// fp32 copy of src. With `overwrite`, dst = src (dst is then only written).
+void accumulate_(torch::Tensor& dst, const torch::Tensor& src, bool overwrite = false);
 
 // Per row of logits [R, V]: log-sum-exp, log-prob of targets[r], and the entropy when `entropy` is defined; each
 // an fp32 [R] tensor the caller allocated (may be rows of a larger one).

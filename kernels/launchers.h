@@ -22,8 +22,8 @@ void swiglu_backward(Elem e, const void* grad, const void* gate, const void* up,
 void rope(Elem e, Elem table_elem, const void* x, const void* cos, const void* sin, void* out, int64_t rows,
           int64_t heads, int64_t dim, bool transpose, void* stream);
 
-// dst[i] += src[i] for fp32 dst.
-void accumulate_fp32(Elem src_elem, float* dst, const void* src, int64_t n, void* stream);
+// dst[i] += src[i] for fp32 dst; with `overwrite`, dst[i] = src[i].
+void accumulate_fp32(Elem src_elem, float* dst, const void* src, int64_t n, bool overwrite, void* stream);
 
 // Per row of logits [rows, vocab]: lse = log sum exp, target_logp = z[target] - lse, and when entropy != nullptr
 // the entropy lse - sum p z. All outputs fp32 [rows].

@@ -87,6 +87,7 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
   ctx.rope.cos = ctx.rope.cos.to(embed_dtype);
   ctx.rope.sin = ctx.rope.sin.to(embed_dtype);
   if (!all_valid) ctx.mask = padded_causal_mask(valid);
+  ctx.layers_recomputed = checkpointing_;
 
   size_t unit = 0;
   if (hooks) hooks->pre_forward(unit);

@@ -118,10 +118,10 @@ MLPImpl::MLPImpl(const ModelArgs& a) {
   down_proj = register_module("down_proj", torch::nn::Linear(LinearOptions(a.intermediate_size, a.hidden_size).bias(a.mlp_bias)));
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+torch::Tensor MLPImpl::forward(const torch::Tensor& x, bool keep_product) {
   auto gate = gate_proj(x);
   auto up = up_proj(x);
-  if (!down_proj->bias.defined() && fused_swiglu_down_applies(gate, up)) {
+  if (!keep_product && !down_proj->bias.defined() && fused_swiglu_down_applies(gate, up)) {
     return swiglu_down(gate, up, down_proj->weight);
   }
   return down_proj(swiglu(gate, up));
@@ -137,7 +137,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a) {
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
   RECORD_USER_SCOPE("decoder_layer::forward");
   auto h = x + self_attn->forward(input_layernorm(x), ctx);
-  return h + mlp(post_attention_layernorm(h));
+  return h + mlp->forward(post_attention_layernorm(h), ctx.layers_recomputed);
 }
 
 }  // namespace models

@@ -31,6 +31,9 @@ RopeTables rope_tables(const torch::Tensor& inv_freq, const torch::Tensor& posit
 struct AttentionContext {
   RopeTables rope;  // in the dtype of the embeddings (what enters the layers)
   torch::Tensor mask;  // bool [B, 1, T, T] (true = may attend) or undefined: plain causal attention
+  // Gradient checkpointing: each layer's activations live only while backward recomputes it, so keeping one more
+  // of them costs nothing at the peak and saves recomputing it.
+  bool layers_recomputed = false;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -49,7 +52,8 @@ TORCH_MODULE(Attention);
 class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelArgs& args);
-  torch::Tensor forward(const torch::Tensor& x);
+  // keep_product: save silu(gate) * up for backward (plain composition) instead of recomputing it there.
+  torch::Tensor forward(const torch::Tensor& x, bool keep_product = false);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);

@@ -102,7 +102,8 @@ __global__ void rope_kernel(const T* __restrict__ x, const TT* __restrict__ cos,
 }
 
 template <typename T>
-__global__ void accumulate_kernel(float* __restrict__ dst, const T* __restrict__ src, int64_t n, bool vec) {
+__global__ void accumulate_kernel(float* __restrict__ dst, const T* __restrict__ src, int64_t n, bool vec,
+                                  bool overwrite) {
   constexpr int K = Pack<T>::kSize;
   for_each_element<T>(n, vec, [&](int64_t i, bool is_pack) {
     if (is_pack) {
@@ -110,7 +111,7 @@ __global__ void accumulate_kernel(float* __restrict__ dst, const T* __restrict__
       float4* d = reinterpret_cast<float4*>(dst + i * K);
 #pragma unroll
       for (int q = 0; q < K / 4; ++q) {
-        float4 a = d[q];
+        float4 a = overwrite ? make_float4(0.f, 0.f, 0.f, 0.f) : d[q];
         a.x += to_float(s.v[4 * q]);
         a.y += to_float(s.v[4 * q + 1]);
         a.z += to_float(s.v[4 * q + 2]);
@@ -118,7 +119,7 @@ __global__ void accumulate_kernel(float* __restrict__ dst, const T* __restrict__
         d[q] = a;
       }
     } else {
-      dst[i] += to_float(src[i]);
+      dst[i] = (overwrite ? 0.f : dst[i]) + to_float(src[i]);
     }
   });
 }
@@ -178,13 +179,13 @@ void rope(Elem e, Elem table_elem, const void* x, const void* cos, const void* s
   detail::check_launch("rope");
 }
 
-void accumulate_fp32(Elem src_elem, float* dst, const void* src, int64_t n, void* stream) {
+void accumulate_fp32(Elem src_elem, float* dst, const void* src, int64_t n, bool overwrite, void* stream) {
   detail::dispatch(src_elem, [&](auto tag) {
     using T = decltype(tag);
     const bool vec = packable<T>(n, {dst, src}) && n % 4 == 0;
     const int64_t items = vec ? n / Pack<T>::kSize : n;
     accumulate_kernel<T><<<detail::grid_for(items), 256, 0, detail::as_stream(stream)>>>(
-        dst, static_cast<const T*>(src), n, vec);
+        dst, static_cast<const T*>(src), n, vec, overwrite);
   });
   detail::check_launch("accumulate_fp32");
 }

@@ -22,6 +22,7 @@ torch::Tensor FSDPEngine::optimizer_step() {
   }
   RECORD_USER_SCOPE("enginery::optimizer_step");
   torch::NoGradGuard no_grad;
+  fsdp_->settle_grads();  // a unit no backward reached since zero_grad still owes its zeros
   auto& grads = optimizer_->grads();
   if (sharded_scaler_) sharded_scaler_->unscale_(grads, *groups_.world);
 

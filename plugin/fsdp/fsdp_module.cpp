@@ -168,6 +168,10 @@ void FsdpModule::after_backward(bool sync) {
   in_backward_ = false;
 }
 
+void FsdpModule::settle_grads() {
+  for (auto& u : units_) u.settle_shard_grad();
+}
+
 void FsdpModule::zero_grad() {
   for (auto& u : units_) {
     u.zero_shard_grad();

@@ -63,7 +63,8 @@ class ENGINERY_FSDP_API FsdpModule : public models::UnitHooks {
   // Without `sync` (an earlier micro-batch) the full grads stay and keep accumulating, as FSDP's no_sync.
   void after_backward(bool sync);
 
-  void zero_grad();  // shard grads and any leftover full grads
+  void zero_grad();  // shard grads (deferred, see FsdpUnit::zero_shard_grad) and any leftover full grads
+  void settle_grads();  // carries out pending zeros: before anything reads the shard grads it holds
   std::vector<FsdpUnit>& units() { return units_; }
   const DpGroups& groups() const { return groups_; }
   const FsdpOptions& options() const { return options_; }

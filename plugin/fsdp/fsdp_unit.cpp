@@ -164,23 +164,39 @@ bool FsdpUnit::has_full_grads() const {
   return false;
 }
 
+void FsdpUnit::settle_shard_grad() {
+  if (!zero_pending_) return;
+  shard_grad_.zero_();
+  zero_pending_ = false;
+}
+
 // One rank: the "reduction" of the fp32 sum is the identity, so each full gradient is added straight into its slice
-// of the shard gradient (fp32 += param_dtype in one kernel) instead of being packed, copied and added. Works where
-// the layout's views of the shard gradient alias it (every layout at one rank); false (nothing done) otherwise.
+// of the shard gradient (fp32 += param_dtype in one kernel) instead of being packed, copied and added; after a zero,
+// written instead of added when the slices cover the whole shard. Works where the layout's views of the shard
+// gradient alias it (every layout at one rank); false (nothing done) otherwise.
 bool FsdpUnit::accumulate_full_grads_in_place() {
   auto views = layout_->unpack(shard_grad_);
+  int64_t covered = 0;
   for (const auto& v : views) {
     if (!v.is_alias_of(shard_grad_)) return false;
+    covered += v.numel();
   }
+  const bool overwrite = zero_pending_ && covered == shard_grad_.numel();
+  if (!overwrite) settle_shard_grad();
+  zero_pending_ = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& grad = params_[i].mutable_grad();
-    if (grad.defined()) {
-      // ATen's mixed-dtype add is an unvectorised kernel at a third of the copy bandwidth; ours reads each 16 bytes.
-      if (kernels::applies(grad) && views[i].is_contiguous()) {
-        kernels::accumulate_(views[i], grad);
-      } else {
-        views[i].add_(grad);
-      }
+    if (!grad.defined()) {
+      if (overwrite) views[i].zero_();
+      continue;
+    }
+    // ATen's mixed-dtype add is an unvectorised kernel at a third of the copy bandwidth; ours reads each 16 bytes.
+    if (kernels::applies(grad) && views[i].is_contiguous()) {
+      kernels::accumulate_(views[i], grad, overwrite);
+    } else if (overwrite) {
+      views[i].copy_(grad);
+    } else {
+      views[i].add_(grad);
     }
     grad.reset();
   }
@@ -211,7 +227,12 @@ void FsdpUnit::reduce_grads() {
   if (replicate_group_ != nullptr && replicate_group_->size() > 1) replicate_group_->all_reduce(reduced);
   auto reduced_fp32 = reduced.to(torch::kFloat);
   if (prediv != 1.0) reduced_fp32.mul_(prediv);
-  shard_grad_.add_(reduced_fp32);
+  if (zero_pending_) {
+    shard_grad_.copy_(reduced_fp32);
+    zero_pending_ = false;
+  } else {
+    shard_grad_.add_(reduced_fp32);
+  }
 }
 
 std::vector<torch::Tensor> FsdpUnit::gather_full_master() const {

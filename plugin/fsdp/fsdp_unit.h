@@ -53,8 +53,15 @@ class ENGINERY_FSDP_API FsdpUnit {
   bool has_full_grads() const;
 
   torch::Tensor& shard() { return shard_; }            // fp32 [S], this rank's master parameters
-  torch::Tensor& shard_grad() { return shard_grad_; }  // fp32 [S]
-  void zero_shard_grad() { shard_grad_.zero_(); }
+  // fp32 [S]. A pending zero is carried out first; holders of the tensor (the optimizer) call settle_shard_grad().
+  torch::Tensor& shard_grad() {
+    settle_shard_grad();
+    return shard_grad_;
+  }
+  // Zeroing is deferred: the first reduction after it writes the shard gradient instead of adding to it, which
+  // saves a pass over the fp32 buffer and a read of it. settle_shard_grad() zeroes now if still pending.
+  void zero_shard_grad() { zero_pending_ = true; }
+  void settle_shard_grad();
 
   // Full fp32 parameters gathered from the master shards (collective), in param_names() order.
   std::vector<torch::Tensor> gather_full_master() const;
@@ -76,6 +83,7 @@ class ENGINERY_FSDP_API FsdpUnit {
   torch::Tensor shard_grad_;
   torch::Tensor gathered_;  // [world * S] in param_dtype; fsdp: the full parameters are views of it
   State state_ = State::kUnsharded;
+  bool zero_pending_ = false;
 };
 
 }  // namespace fsdp

@@ -152,7 +152,7 @@ TEST(FusedKernelsGpu, RopeMatchesFloat64ForBothTableDtypes) {
   }
 }
 
-TEST(FusedKernelsGpu, AccumulateAddsExactlyWhatAnFp32AddWould) {
+TEST(FusedKernelsGpu, AccumulateAddsOrWritesExactlyWhatFp32WouldHold) {
   REQUIRE_KERNELS();
   torch::manual_seed(9);
   for (int64_t n : {4096, 1001}) {
@@ -162,6 +162,8 @@ TEST(FusedKernelsGpu, AccumulateAddsExactlyWhatAnFp32AddWould) {
       auto expected = dst + src.to(torch::kFloat);
       kernels::accumulate_(dst, src);
       EXPECT_TRUE(torch::equal(dst, expected)) << n << " " << dtype;
+      kernels::accumulate_(dst, src, /*overwrite=*/true);
+      EXPECT_TRUE(torch::equal(dst, src.to(torch::kFloat))) << "overwrite " << n << " " << dtype;
     }
   }
 }
