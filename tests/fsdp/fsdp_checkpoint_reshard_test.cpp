@@ -130,6 +130,8 @@ TEST(FsdpCheckpointReshard, OneRankToFourAndFsdpSize) {
     hsdp.save_checkpoint(hsdp_dir, 1, 0);
     const auto saved_hsdp = full_state(hsdp);
     EXPECT_EQ(std::filesystem::exists(hsdp_dir + "/model_rank_" + std::to_string(ctx.rank) + ".bin"), ctx.rank < 2);
+    hsdp.train_batch(slice_for(next, ctx.rank, 4), sft_loss);
+    const auto continued_hsdp = full_state(hsdp);
 
     auto plain_args = base_args("fsdp", ctx.rank, 4, ctx.group, ctx.store);
     plain_args.engine.seed = 11;
@@ -137,6 +139,8 @@ TEST(FsdpCheckpointReshard, OneRankToFourAndFsdpSize) {
     plain.initialize();
     plain.load_checkpoint(hsdp_dir);
     expect_bitwise_equal(full_state(plain), saved_hsdp, "fsdp_size 2 -> fsdp_size 4");
+    plain.train_batch(slice_for(next, ctx.rank, 4), sft_loss);
+    expect_near(full_state(plain), continued_hsdp, kNextStepTol, "next step after fsdp_size 2 -> fsdp_size 4");
 
     // Ranks 0 and 1 alone, in a group of their own.
     if (ctx.rank < 2) {
@@ -148,6 +152,8 @@ TEST(FsdpCheckpointReshard, OneRankToFourAndFsdpSize) {
       two.initialize();
       two.load_checkpoint(hsdp_dir);
       expect_bitwise_equal(full_state(two), saved_hsdp, "4 ranks fsdp_size 2 -> 2 ranks");
+      two.train_batch(slice_for(next, ctx.rank, 2), sft_loss);
+      expect_near(full_state(two), continued_hsdp, kNextStepTol, "next step after 4 ranks fsdp_size 2 -> 2 ranks");
     }
   });
 }
