@@ -82,6 +82,31 @@ void accumulate_(torch::Tensor& dst, const torch::Tensor& src, bool overwrite) {
   launch::accumulate_fp32(elem_of(s), dst.data_ptr<float>(), s.data_ptr(), s.numel(), overwrite, stream());
 }
 
+void adamw_(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+            const torch::Tensor& step, double lr, double beta1, double beta2, double eps, double weight_decay,
+            const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  const c10::cuda::CUDAGuard guard(param.device());
+  auto fp32_contiguous = [](const torch::Tensor& t) {
+    return t.is_cuda() && t.scalar_type() == torch::kFloat && t.is_contiguous();
+  };
+  require(fp32_contiguous(param) && fp32_contiguous(exp_avg) && fp32_contiguous(exp_avg_sq) &&
+              exp_avg.numel() == param.numel() && exp_avg_sq.numel() == param.numel(),
+          "adamw_: param and moments must be contiguous fp32 CUDA tensors of one size");
+  require(grad.is_cuda() && grad.is_contiguous() && grad.numel() == param.numel() &&
+              (grad.scalar_type() == torch::kFloat || grad.scalar_type() == torch::kBFloat16),
+          "adamw_: grad must be a contiguous fp32 or bf16 CUDA tensor of the param's size");
+  auto scalar = [](const torch::Tensor& t) -> const float* {
+    if (!t.defined()) return nullptr;
+    require(t.is_cuda() && t.scalar_type() == torch::kFloat && t.numel() == 1,
+            "adamw_: step, grad_scale and found_inf must be one-element fp32 CUDA tensors");
+    return t.data_ptr<float>();
+  };
+  require(step.defined(), "adamw_: the step counter is required");
+  launch::adamw_step(elem_of(grad), param.data_ptr<float>(), grad.data_ptr(), exp_avg.data_ptr<float>(),
+                     exp_avg_sq.data_ptr<float>(), param.numel(), scalar(step), lr, beta1, beta2, eps, weight_decay,
+                     scalar(grad_scale), scalar(found_inf), stream());
+}
+
 void log_softmax_stats(const torch::Tensor& logits, const torch::Tensor& targets, torch::Tensor lse,
                        torch::Tensor target_logp, torch::Tensor entropy) {
   const c10::cuda::CUDAGuard guard(logits.device());
@@ -127,6 +152,10 @@ std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor&, co
 }
 torch::Tensor rope(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, bool) { not_built("rope"); }
 void accumulate_(torch::Tensor&, const torch::Tensor&, bool) { not_built("accumulate_"); }
+void adamw_(torch::Tensor&, const torch::Tensor&, torch::Tensor&, torch::Tensor&, const torch::Tensor&, double, double,
+            double, double, double, const torch::Tensor&, const torch::Tensor&) {
+  not_built("adamw_");
+}
 void log_softmax_stats(const torch::Tensor&, const torch::Tensor&, torch::Tensor, torch::Tensor, torch::Tensor) {
   not_built("log_softmax_stats");
 }

@@ -26,6 +26,13 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
 // fp32 copy of src. With `overwrite`, dst = src (dst is then only written).
 void accumulate_(torch::Tensor& dst, const torch::Tensor& src, bool overwrite = false);
 
+// One AdamW step in place over contiguous fp32 CUDA tensors param / exp_avg / exp_avg_sq and grad (fp32 or bf16)
+// of the same number of elements; `step` is the fp32 device step counter the bias corrections use. grad_scale
+// (divides the gradient) and found_inf (non-zero: skip) are fp32 device scalars or undefined. No host sync.
+void adamw_(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+            const torch::Tensor& step, double lr, double beta1, double beta2, double eps, double weight_decay,
+            const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
+
 // Per row of logits [R, V]: log-sum-exp, log-prob of targets[r], and the entropy when `entropy` is defined; each
 // an fp32 [R] tensor the caller allocated (may be rows of a larger one).
 void log_softmax_stats(const torch::Tensor& logits, const torch::Tensor& targets, torch::Tensor lse,

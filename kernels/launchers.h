@@ -35,6 +35,13 @@ void log_softmax_stats(Elem e, const void* logits, const int64_t* targets, int64
 void log_softmax_grad(Elem e, void* logits, const int64_t* targets, int64_t rows, int64_t vocab, const float* lse,
                       const float* entropy, const float* g_lp, const float* g_ent, void* stream);
 
+// One AdamW step (torch.optim.AdamW: decoupled decay, bias-corrected moments) over n fp32 elements whose gradient
+// is grad_elem (kFloat or kBFloat16). `step` is the device step counter (already advanced); grad_scale divides the
+// gradient and a non-zero found_inf skips the update (both device fp32 scalars, or nullptr).
+void adamw_step(Elem grad_elem, float* param, const void* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                const float* step, double lr, double beta1, double beta2, double eps, double weight_decay,
+                const float* grad_scale, const float* found_inf, void* stream);
+
 }  // namespace launch
 }  // namespace kernels
 }  // namespace enginery

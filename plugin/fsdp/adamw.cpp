@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "host_api/torch_compat.h"
+#include "kernels/fused_cuda.h"
 
 namespace enginery {
 namespace fsdp {
@@ -14,12 +15,14 @@ AdamW::AdamW(std::vector<torch::Tensor> params, std::vector<torch::Tensor> grads
       beta2_(config.betas[1]),
       eps_(config.eps),
       weight_decay_(config.weight_decay) {
-  fused_ = compat::kHasFusedAdamW && !params_.empty();
+  bool all_cuda_fp32 = !params_.empty();
   for (const auto& p : params_) {
     exp_avg_.push_back(torch::zeros_like(p));
     exp_avg_sq_.push_back(torch::zeros_like(p));
-    fused_ = fused_ && p.is_cuda() && p.scalar_type() == torch::kFloat;
+    all_cuda_fp32 = all_cuda_fp32 && p.is_cuda() && p.scalar_type() == torch::kFloat && p.is_contiguous();
   }
+  own_kernel_ = all_cuda_fp32 && kernels::available();
+  fused_ = all_cuda_fp32 && (own_kernel_ || compat::kHasFusedAdamW);
   if (fused_) {
     for (const auto& p : params_) device_steps_.push_back(torch::zeros({}, p.options()));
   }
@@ -35,8 +38,15 @@ void AdamW::set_step_count(int64_t step) {
   for (auto& s : device_steps_) s.fill_(static_cast<double>(step));
 }
 
+void AdamW::promote_grads_to_fp32() {
+  torch::NoGradGuard no_grad;
+  for (auto& g : grads_) {
+    if (g.defined() && g.scalar_type() != torch::kFloat) g.set_data(g.to(torch::kFloat));
+  }
+}
+
 void AdamW::step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
-  TORCH_CHECK(fused_, "AdamW::step_fused needs CUDA fp32 shards and LibTorch 2.1+");
+  TORCH_CHECK(fused_, "AdamW::step_fused needs CUDA fp32 shards and enginery's kernels or LibTorch 2.1+");
   torch::NoGradGuard no_grad;
   ++step_;
   if (found_inf.defined()) {
@@ -45,6 +55,14 @@ void AdamW::step_fused(double lr, const torch::Tensor& grad_scale, const torch::
   } else {
     for (auto& s : device_steps_) s.add_(1.0);
   }
+  if (own_kernel_) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      kernels::adamw_(params_[i], grads_[i], exp_avg_[i], exp_avg_sq_[i], device_steps_[i], lr, beta1_, beta2_, eps_,
+                      weight_decay_, grad_scale, found_inf);
+    }
+    return;
+  }
+  promote_grads_to_fp32();
   compat::fused_adamw_(params_, grads_, exp_avg_, exp_avg_sq_, device_steps_, lr, beta1_, beta2_, weight_decay_, eps_,
                        grad_scale, found_inf);
 }
@@ -55,6 +73,7 @@ void AdamW::step(double lr) {
     return;
   }
   torch::NoGradGuard no_grad;
+  promote_grads_to_fp32();
   ++step_;
   const double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
   const double bias2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));

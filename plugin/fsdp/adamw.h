@@ -2,7 +2,8 @@
 // AdamW over flat fp32 master shards (llm.c style), with torch.optim.AdamW's math: decoupled weight decay
 // (p *= 1 - lr*wd), bias-corrected moments, denom = sqrt(v)/sqrt(1-b2^t) + eps. State tensors are exposed for
 // checkpoints. Elementwise, so a shard updates exactly as the same elements of the full tensor would. The plain
-// loop (reference, CPU) sits next to the fused multi-tensor kernel used on CUDA (torch's fused=True AdamW).
+// loop (reference, CPU) sits next to the fused CUDA paths: enginery's own kernel (kernels/cuda/adamw.cu: one pass per
+// shard, bf16 gradients read as they are) where built, else torch's fused=True multi-tensor AdamW.
 #include <torch/torch.h>
 
 #include <vector>
@@ -15,7 +16,8 @@ namespace fsdp {
 
 class ENGINERY_FSDP_API AdamW {
  public:
-  // `params` and `grads` are paired, same shapes, fp32; they are held (not copied).
+  // `params` and `grads` are paired, same shapes; params fp32, grads fp32 or, where reads_bf16_grads(), bf16 (a
+  // holder may switch a grad tensor's dtype in place with set_data). Both are held, not copied.
   AdamW(std::vector<torch::Tensor> params, std::vector<torch::Tensor> grads, const OptimizerConfig& config);
 
   void step(double lr);
@@ -24,6 +26,10 @@ class ENGINERY_FSDP_API AdamW {
   // Only where fused() (CUDA shards, LibTorch 2.1+); step() takes it there too, with neither tensor.
   void step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
   bool fused() const { return fused_; }
+  // step_fused reads bf16 gradients as they are (enginery's CUDA AdamW kernel); otherwise every gradient must be
+  // fp32 before a step, which promote_grads_to_fp32() ensures.
+  bool reads_bf16_grads() const { return own_kernel_; }
+  void promote_grads_to_fp32();
   // Steps taken (skipped ones not counted). Reads the device counters on the fused path (a synchronisation).
   int64_t step_count() const;
 
@@ -39,6 +45,7 @@ class ENGINERY_FSDP_API AdamW {
   double beta1_, beta2_, eps_, weight_decay_;
   int64_t step_ = 0;
   bool fused_ = false;
+  bool own_kernel_ = false;  // fused_ through kernels::adamw_ rather than ATen's multi-tensor fused AdamW
 };
 
 }  // namespace fsdp

@@ -6,6 +6,19 @@
 
 namespace enginery {
 namespace fsdp {
+namespace {
+
+// fp32 [n]: the 2-norm of each gradient, accumulated in fp32.
+torch::Tensor grad_norms(const std::vector<torch::Tensor>& grads) {
+  bool all_fp32 = true;
+  for (const auto& g : grads) all_fp32 = all_fp32 && g.scalar_type() == torch::kFloat;
+  if (all_fp32) return torch::stack(at::_foreach_norm(grads, 2));
+  std::vector<torch::Tensor> norms;
+  for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, torch::kFloat));
+  return torch::stack(norms);
+}
+
+}  // namespace
 
 void FSDPEngine::optimizer_zero_grad() {
   if (fsdp_) {
@@ -23,19 +36,23 @@ torch::Tensor FSDPEngine::optimizer_step() {
   RECORD_USER_SCOPE("enginery::optimizer_step");
   torch::NoGradGuard no_grad;
   fsdp_->settle_grads();  // a unit no backward reached since zero_grad still owes its zeros
+  // Shard grads may be bf16 where that held them exactly (FsdpUnit::reduce_grads); only the device path's own
+  // AdamW kernel reads them so, every other path (unscale, in-place clip, CPU loop) gets fp32 first.
+  const bool device_path = optimizer_->fused() && !sharded_scaler_;
+  if (!device_path || !optimizer_->reads_bf16_grads()) optimizer_->promote_grads_to_fp32();
   auto& grads = optimizer_->grads();
   if (sharded_scaler_) sharded_scaler_->unscale_(grads, *groups_.world);
 
   // Global norm: local sum of squares over this rank's shards (padding is always zero) -> SUM over the shard
-  // group (HSDP replicas hold the same shards) -> sqrt. Stays a device tensor.
-  // One multi-tensor pass over the shards (ATen's _foreach_norm), one element per shard.
+  // group (HSDP replicas hold the same shards) -> sqrt. Stays a device tensor, accumulated in fp32 whatever the
+  // grads' dtype: one multi-tensor pass (ATen's _foreach_norm) when all are fp32, else one reduction per shard.
   auto sumsq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
-  if (!grads.empty()) sumsq = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat).pow(2).sum().reshape({1});
+  if (!grads.empty()) sumsq = grad_norms(grads).pow(2).sum().reshape({1});
   groups_.shard->all_reduce(sumsq);
   auto norm = sumsq.sqrt().reshape({});
 
   const double clip = args_.optim.clip_grad;
-  if (optimizer_->fused() && !sharded_scaler_) {
+  if (device_path) {
     // Everything stays on the device (no host synchronisation inside the step): the clip coefficient becomes the
     // fused kernel's grad divisor, and a non-finite norm skips the update there, on every rank alike (the norm
     // is the all-reduced one).

@@ -164,34 +164,56 @@ bool FsdpUnit::has_full_grads() const {
   return false;
 }
 
-void FsdpUnit::settle_shard_grad() {
-  if (!zero_pending_) return;
-  shard_grad_.zero_();
+void FsdpUnit::adopt_shard_grad(const torch::Tensor& fresh) {
+  torch::NoGradGuard no_grad;
+  shard_grad_.set_data(fresh);
   zero_pending_ = false;
 }
 
-// One rank: the "reduction" of the fp32 sum is the identity, so each full gradient is added straight into its slice
-// of the shard gradient (fp32 += param_dtype in one kernel) instead of being packed, copied and added; after a zero,
-// written instead of added when the slices cover the whole shard. Works where the layout's views of the shard
-// gradient alias it (every layout at one rank); false (nothing done) otherwise.
+void FsdpUnit::zero_shard_grad() {
+  torch::NoGradGuard no_grad;
+  shard_grad_.set_data(torch::empty({0}, shard_.options()));
+  zero_pending_ = true;
+}
+
+void FsdpUnit::settle_shard_grad() {
+  if (!zero_pending_) return;
+  adopt_shard_grad(torch::zeros({layout_->shard_numel()}, shard_.options()));
+}
+
+// One rank: the "reduction" of the fp32 sum is the identity, so each full gradient goes straight into its slice of
+// the shard gradient instead of being packed, copied and added: after a zero it is written (in bf16 where that is
+// exact, see set_keep_exact_bf16_grads), else added in fp32 (fp32 += param_dtype in one kernel). Works where the
+// layout's views of the shard gradient alias it and cover it (every layout at one rank); false (nothing done)
+// otherwise.
 bool FsdpUnit::accumulate_full_grads_in_place() {
-  auto views = layout_->unpack(shard_grad_);
-  int64_t covered = 0;
-  for (const auto& v : views) {
-    if (!v.is_alias_of(shard_grad_)) return false;
-    covered += v.numel();
+  const int64_t s = layout_->shard_numel();
+  {
+    int64_t covered = 0;  // the master shard has the gradient's layout: its views tell
+    for (const auto& v : layout_->unpack(shard_)) {
+      if (!v.is_alias_of(shard_)) return false;
+      covered += v.numel();
+    }
+    if (covered != s) return false;
   }
-  const bool overwrite = zero_pending_ && covered == shard_grad_.numel();
-  if (!overwrite) settle_shard_grad();
-  zero_pending_ = false;
+  const bool overwrite = zero_pending_;
+  if (overwrite) {
+    const bool exact_bf16 = keep_exact_bf16_grads_ && precision_.param_dtype == torch::kBFloat16;
+    adopt_shard_grad(torch::empty({s}, shard_.options().dtype(exact_bf16 ? torch::kBFloat16 : torch::kFloat)));
+  } else if (shard_grad_.scalar_type() != torch::kFloat) {
+    adopt_shard_grad(shard_grad_.to(torch::kFloat));  // a second reduction sums: fp32 from here on
+  }
+  auto views = layout_->unpack(shard_grad_);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& grad = params_[i].mutable_grad();
     if (!grad.defined()) {
       if (overwrite) views[i].zero_();
       continue;
     }
-    // ATen's mixed-dtype add is an unvectorised kernel at a third of the copy bandwidth; ours reads each 16 bytes.
-    if (kernels::applies(grad) && views[i].is_contiguous()) {
+    if (overwrite && views[i].scalar_type() == grad.scalar_type()) {
+      views[i].copy_(grad);
+    } else if (kernels::applies(grad) && views[i].is_contiguous()) {
+      // ATen's mixed-dtype add is an unvectorised kernel at a third of the copy bandwidth; ours reads each 16 bytes.
       kernels::accumulate_(views[i], grad, overwrite);
     } else if (overwrite) {
       views[i].copy_(grad);
@@ -228,9 +250,9 @@ void FsdpUnit::reduce_grads() {
   auto reduced_fp32 = reduced.to(torch::kFloat);
   if (prediv != 1.0) reduced_fp32.mul_(prediv);
   if (zero_pending_) {
-    shard_grad_.copy_(reduced_fp32);
-    zero_pending_ = false;
+    adopt_shard_grad(reduced_fp32);  // a fresh buffer of this reduction: it becomes the shard gradient
   } else {
+    if (shard_grad_.scalar_type() != torch::kFloat) adopt_shard_grad(shard_grad_.to(torch::kFloat));
     shard_grad_.add_(reduced_fp32);
   }
 }

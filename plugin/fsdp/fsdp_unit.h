@@ -2,7 +2,7 @@
 // One FSDP unit (a decoder layer, the embeddings, the head): its fp32 master shard, its fp32 shard gradient and the
 // life cycle of its full parameters, with FSDP2's named stages: unshard (cast + all-gather), reshard (free the
 // storage, keeping the tensor objects the model holds), reduce_grads (pack full grads in reduce_dtype,
-// reduce-scatter, all-reduce across HSDP replicas, accumulate into the fp32 shard gradient, free full grads).
+// reduce-scatter, all-reduce across HSDP replicas, accumulate into the shard gradient, free full grads).
 #include <torch/torch.h>
 
 #include <memory>
@@ -53,15 +53,24 @@ class ENGINERY_FSDP_API FsdpUnit {
   bool has_full_grads() const;
 
   torch::Tensor& shard() { return shard_; }            // fp32 [S], this rank's master parameters
-  // fp32 [S]. A pending zero is carried out first; holders of the tensor (the optimizer) call settle_shard_grad().
+  // [S], fp32 — or bf16 where that holds it exactly (below). A pending zero is carried out first; holders of the
+  // tensor (the optimizer) call settle_shard_grad(). The tensor object stays; its storage and dtype change in place.
   torch::Tensor& shard_grad() {
     settle_shard_grad();
     return shard_grad_;
   }
-  // Zeroing is deferred: the first reduction after it writes the shard gradient instead of adding to it, which
-  // saves a pass over the fp32 buffer and a read of it. settle_shard_grad() zeroes now if still pending.
-  void zero_shard_grad() { zero_pending_ = true; }
+  // As FSDP2's zero_grad(set_to_none=True): the storage is released until the first reduction after it, which
+  // writes the shard gradient instead of adding to it. settle_shard_grad() materialises the zeros if still pending.
+  void zero_shard_grad();
   void settle_shard_grad();
+  // Whether shard_grad() currently has storage (false between zero_grad and the first reduction).
+  bool holds_shard_grad() const { return shard_grad_.numel() > 0; }
+
+  // With param_dtype bf16, one rank in the shard and replicate groups and fp32 reduction, the reduction is the
+  // identity, so the fp32 gradient of a step with a single reduction holds exactly the bf16 values autograd made:
+  // storing them in bf16 loses nothing and halves the buffer (a second reduction onto them promotes to fp32 first).
+  // On by default; off stores fp32 as written.
+  void set_keep_exact_bf16_grads(bool keep) { keep_exact_bf16_grads_ = keep; }
 
   // Full fp32 parameters gathered from the master shards (collective), in param_names() order.
   std::vector<torch::Tensor> gather_full_master() const;
@@ -70,6 +79,7 @@ class ENGINERY_FSDP_API FsdpUnit {
   void free_full_storage();
   void alloc_full_storage();
   bool accumulate_full_grads_in_place();
+  void adopt_shard_grad(const torch::Tensor& fresh);
 
   std::string name_;
   std::vector<std::string> param_names_;
@@ -84,6 +94,7 @@ class ENGINERY_FSDP_API FsdpUnit {
   torch::Tensor gathered_;  // [world * S] in param_dtype; fsdp: the full parameters are views of it
   State state_ = State::kUnsharded;
   bool zero_pending_ = false;
+  bool keep_exact_bf16_grads_ = true;
 };
 
 }  // namespace fsdp

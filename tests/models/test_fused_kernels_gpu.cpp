@@ -1,6 +1,6 @@
 // enginery's CUDA kernels (kernels/) against independent references on the GPU: the head's fused log-softmax path
 // against ATen's full-logits computation on the same bf16 logits, and SwiGLU, SwiGLU + down projection, RoPE and
-// the fp32 accumulation against float64 math. Both the 16-byte path and the element-wise tail are exercised
+// the fp32 accumulation and AdamW (fp32 or bf16 gradients) against float64 math. Both the 16-byte path and the element-wise tail are exercised
 // (sizes that are and are not multiples of 8). Skips where there is no CUDA device or no kernels in the build.
 #include <gtest/gtest.h>
 
@@ -164,6 +164,47 @@ TEST(FusedKernelsGpu, AccumulateAddsOrWritesExactlyWhatFp32WouldHold) {
       EXPECT_TRUE(torch::equal(dst, expected)) << n << " " << dtype;
       kernels::accumulate_(dst, src, /*overwrite=*/true);
       EXPECT_TRUE(torch::equal(dst, src.to(torch::kFloat))) << "overwrite " << n << " " << dtype;
+    }
+  }
+}
+
+// torch.optim.AdamW's update in float64 on the same values; returns {param, exp_avg, exp_avg_sq}.
+std::vector<torch::Tensor> adamw_float64(torch::Tensor p, torch::Tensor g, torch::Tensor m, torch::Tensor v, double t,
+                                         double lr, double b1, double b2, double eps, double wd, double grad_scale) {
+  auto f64 = [](const torch::Tensor& x) { return x.to(torch::kCPU, torch::kDouble); };
+  auto P = f64(p), G = f64(g) / grad_scale, M = f64(m), V = f64(v);
+  P = P * (1.0 - lr * wd);
+  M = b1 * M + (1.0 - b1) * G;
+  V = b2 * V + (1.0 - b2) * G * G;
+  auto denom = V.sqrt() / std::sqrt(1.0 - std::pow(b2, t)) + eps;
+  P = P - (lr / (1.0 - std::pow(b1, t))) * M / denom;
+  return {P, M, V};
+}
+
+TEST(FusedKernelsGpu, AdamwMatchesFloat64AndSkipsOnFoundInf) {
+  REQUIRE_KERNELS();
+  torch::manual_seed(10);
+  const double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  for (int64_t n : {4096, 1001}) {
+    for (auto gdt : {torch::kBFloat16, torch::kFloat}) {
+      auto p = torch::randn({n}).to(torch::kCUDA) * 0.02, m = torch::zeros({n}).to(torch::kCUDA);
+      auto v = torch::zeros({n}).to(torch::kCUDA);
+      auto step = torch::zeros({}, p.options());
+      for (int t = 1; t <= 3; ++t) {
+        auto g = cuda_randn({n}, gdt);
+        const double scale = t == 2 ? 4.0 : 1.0;  // step 2 divides its gradient (the clip coefficient's path)
+        auto expected = adamw_float64(p, g, m, v, t, lr, b1, b2, eps, wd, scale);
+        step.add_(1.0);
+        torch::Tensor grad_scale = t == 2 ? torch::full({1}, scale, p.options()) : torch::Tensor();
+        kernels::adamw_(p, g, m, v, step, lr, b1, b2, eps, wd, grad_scale, torch::zeros({1}, p.options()));
+        EXPECT_LT(rel_diff(p, expected[0]), 1e-6) << n << " " << gdt << " step " << t;
+        EXPECT_LT(rel_diff(m, expected[1]), 1e-6) << n << " " << gdt << " step " << t;
+        EXPECT_LT(rel_diff(v, expected[2]), 1e-6) << n << " " << gdt << " step " << t;
+      }
+      auto before = torch::stack({p, m, v}).clone();
+      kernels::adamw_(p, cuda_randn({n}, gdt), m, v, step, lr, b1, b2, eps, wd, torch::Tensor(),
+                      torch::ones({1}, p.options()));
+      EXPECT_TRUE(torch::equal(torch::stack({p, m, v}), before)) << "found_inf must leave everything as it was";
     }
   }
 }
