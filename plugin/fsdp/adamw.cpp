@@ -38,10 +38,11 @@ void AdamW::set_step_count(int64_t step) {
   for (auto& s : device_steps_) s.fill_(static_cast<double>(step));
 }
 
-void AdamW::promote_grads_to_fp32() {
+void AdamW::promote_grads_to_param_dtype() {
   torch::NoGradGuard no_grad;
-  for (auto& g : grads_) {
-    if (g.defined() && g.scalar_type() != torch::kFloat) g.set_data(g.to(torch::kFloat));
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    auto& g = grads_[i];
+    if (g.defined() && g.scalar_type() != params_[i].scalar_type()) g.set_data(g.to(params_[i].scalar_type()));
   }
 }
 
@@ -62,7 +63,7 @@ void AdamW::step_fused(double lr, const torch::Tensor& grad_scale, const torch::
     }
     return;
   }
-  promote_grads_to_fp32();
+  promote_grads_to_param_dtype();
   compat::fused_adamw_(params_, grads_, exp_avg_, exp_avg_sq_, device_steps_, lr, beta1_, beta2_, weight_decay_, eps_,
                        grad_scale, found_inf);
 }
@@ -73,7 +74,7 @@ void AdamW::step(double lr) {
     return;
   }
   torch::NoGradGuard no_grad;
-  promote_grads_to_fp32();
+  promote_grads_to_param_dtype();
   ++step_;
   const double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
   const double bias2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));

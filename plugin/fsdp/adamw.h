@@ -27,9 +27,9 @@ class ENGINERY_FSDP_API AdamW {
   void step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
   bool fused() const { return fused_; }
   // step_fused reads bf16 gradients as they are (enginery's CUDA AdamW kernel); otherwise every gradient must be
-  // fp32 before a step, which promote_grads_to_fp32() ensures.
+  // its param's dtype (fp32) before a step, which promote_grads_to_param_dtype() ensures.
   bool reads_bf16_grads() const { return own_kernel_; }
-  void promote_grads_to_fp32();
+  void promote_grads_to_param_dtype();
   // Steps taken (skipped ones not counted). Reads the device counters on the fused path (a synchronisation).
   int64_t step_count() const;
 

@@ -39,7 +39,7 @@ torch::Tensor FSDPEngine::optimizer_step() {
   // Shard grads may be bf16 where that held them exactly (FsdpUnit::reduce_grads); only the device path's own
   // AdamW kernel reads them so, every other path (unscale, in-place clip, CPU loop) gets fp32 first.
   const bool device_path = optimizer_->fused() && !sharded_scaler_;
-  if (!device_path || !optimizer_->reads_bf16_grads()) optimizer_->promote_grads_to_fp32();
+  if (!device_path || !optimizer_->reads_bf16_grads()) optimizer_->promote_grads_to_param_dtype();
   auto& grads = optimizer_->grads();
   if (sharded_scaler_) sharded_scaler_->unscale_(grads, *groups_.world);
 
