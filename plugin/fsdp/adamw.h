@@ -16,8 +16,8 @@ namespace fsdp {
 
 class ENGINERY_FSDP_API AdamW {
  public:
-  // `params` and `grads` are paired, same shapes; params fp32, grads fp32 or, where reads_bf16_grads(), bf16 (a
-  // holder may switch a grad tensor's dtype in place with set_data). Both are held, not copied.
+  // `params` and `grads` are paired, same shapes; params fp32, grads fp32 or bf16 (a holder may switch a grad
+  // tensor's dtype in place with set_data). Both are held, not copied.
   AdamW(std::vector<torch::Tensor> params, std::vector<torch::Tensor> grads, const OptimizerConfig& config);
 
   void step(double lr);
@@ -26,9 +26,9 @@ class ENGINERY_FSDP_API AdamW {
   // Only where fused() (CUDA shards, LibTorch 2.1+); step() takes it there too, with neither tensor.
   void step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf);
   bool fused() const { return fused_; }
-  // step_fused reads bf16 gradients as they are (enginery's CUDA AdamW kernel); otherwise every gradient must be
-  // its param's dtype (fp32) before a step, which promote_grads_to_param_dtype() ensures.
-  bool reads_bf16_grads() const { return own_kernel_; }
+  // Gives every gradient its param's dtype (fp32). step() and step_fused() do it themselves where they need it
+  // (all but enginery's kernel, which reads bf16 as it is); callers that modify grads in place before a step
+  // (unscale, clip) call it first.
   void promote_grads_to_param_dtype();
   // Steps taken (skipped ones not counted). Reads the device counters on the fused path (a synchronisation).
   int64_t step_count() const;

@@ -36,10 +36,11 @@ torch::Tensor FSDPEngine::optimizer_step() {
   RECORD_USER_SCOPE("enginery::optimizer_step");
   torch::NoGradGuard no_grad;
   fsdp_->settle_grads();  // a unit no backward reached since zero_grad still owes its zeros
-  // Shard grads may be bf16 where that held them exactly (FsdpUnit::reduce_grads); only the device path's own
-  // AdamW kernel reads them so, every other path (unscale, in-place clip, CPU loop) gets fp32 first.
+  // Shard grads may be bf16 where that held them exactly (FsdpUnit::reduce_grads). The device path hands them to
+  // the optimizer untouched (it promotes if its kernel needs fp32); the host path unscales and clips them in place,
+  // so it gets fp32 first.
   const bool device_path = optimizer_->fused() && !sharded_scaler_;
-  if (!device_path || !optimizer_->reads_bf16_grads()) optimizer_->promote_grads_to_param_dtype();
+  if (!device_path) optimizer_->promote_grads_to_param_dtype();
   auto& grads = optimizer_->grads();
   if (sharded_scaler_) sharded_scaler_->unscale_(grads, *groups_.world);
 

@@ -170,6 +170,10 @@ void FsdpUnit::adopt_shard_grad(const torch::Tensor& fresh) {
   zero_pending_ = false;
 }
 
+void FsdpUnit::promote_shard_grad_to_fp32() {
+  if (shard_grad_.scalar_type() != torch::kFloat) adopt_shard_grad(shard_grad_.to(torch::kFloat));
+}
+
 void FsdpUnit::zero_shard_grad() {
   torch::NoGradGuard no_grad;
   shard_grad_.set_data(torch::empty({0}, shard_.options()));
@@ -200,8 +204,8 @@ bool FsdpUnit::accumulate_full_grads_in_place() {
   if (overwrite) {
     const bool exact_bf16 = keep_exact_bf16_grads_ && precision_.param_dtype == torch::kBFloat16;
     adopt_shard_grad(torch::empty({s}, shard_.options().dtype(exact_bf16 ? torch::kBFloat16 : torch::kFloat)));
-  } else if (shard_grad_.scalar_type() != torch::kFloat) {
-    adopt_shard_grad(shard_grad_.to(torch::kFloat));  // a second reduction sums: fp32 from here on
+  } else {
+    promote_shard_grad_to_fp32();  // a second reduction sums: fp32 from here on
   }
   auto views = layout_->unpack(shard_grad_);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -252,7 +256,7 @@ void FsdpUnit::reduce_grads() {
   if (zero_pending_) {
     adopt_shard_grad(reduced_fp32);  // a fresh buffer of this reduction: it becomes the shard gradient
   } else {
-    if (shard_grad_.scalar_type() != torch::kFloat) adopt_shard_grad(shard_grad_.to(torch::kFloat));
+    promote_shard_grad_to_fp32();
     shard_grad_.add_(reduced_fp32);
   }
 }

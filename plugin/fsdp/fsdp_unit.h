@@ -80,6 +80,7 @@ class ENGINERY_FSDP_API FsdpUnit {
   void alloc_full_storage();
   bool accumulate_full_grads_in_place();
   void adopt_shard_grad(const torch::Tensor& fresh);
+  void promote_shard_grad_to_fp32();
 
   std::string name_;
   std::vector<std::string> param_names_;
