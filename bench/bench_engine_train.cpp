@@ -15,7 +15,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 #include "registry/plugin_loader.h"
 
 #if defined(ENGINERY_WITH_CUDA) && __has_include(<torch/csrc/autograd/profiler_kineto.h>)
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   args.model.enable_gradient_checkpointing = ac;
   args.engine.strategy = backend;
   args.engine.micro_batch_size_per_gpu = mbs;
-  args.engine.mixed_precision = MixedPrecisionConfig{"bf16", "fp32", "fp32"};
+  args.engine.mixed_precision = MixedPrecisionConfig{c10::kBFloat16, c10::kFloat, c10::kFloat};
   args.optim.lr = lr;
   args.optim.weight_decay = 0.01;
   args.optim.clip_grad = 1.0;

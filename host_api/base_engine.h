@@ -1,5 +1,6 @@
 #pragma once
-// The engine contract (DESIGN §3), mirroring verl's BaseEngine. Plugins derive from it; the host only sees this.
+// The engine contract (docs/ARCHITECTURE.md, "The contract"), mirroring verl's BaseEngine. Plugins derive from
+// it; the host only sees this.
 #include <torch/types.h>
 
 #include <functional>
@@ -8,10 +9,10 @@
 #include <string>
 
 #include "host_api/batch.h"
+#include "host_api/comm_group.h"
 #include "host_api/config.h"
 #include "host_api/grad_scaler.h"
 #include "host_api/loss.h"
-#include "host_api/torch_compat.h"
 
 namespace enginery {
 
@@ -23,8 +24,8 @@ struct EngineArgs {
   int64_t local_rank = 0;
   int64_t rank = 0;
   int64_t world_size = 1;
-  c10::intrusive_ptr<compat::CommGroup> world_group;  // may be null only when world_size == 1
-  c10::intrusive_ptr<c10d::Store> store;               // rendezvous store, for subgroups
+  CommGroupPtr world_group;  // may be null only when world_size == 1
+  StorePtr store;            // rendezvous store, for subgroups
   ModelConfig model;
   EngineConfig engine;
   OptimizerConfig optim;
@@ -40,10 +41,25 @@ struct BatchOutput {
   double lr = 0.0;                                  // train_batch only: what lr_scheduler_step returned (as verl)
 };
 
+// What one forward_step returns for one micro-batch.
+struct MicroBatchResult {
+  torch::Tensor loss;                            // undefined when no loss function was given
+  ModelOutput output;
+  std::map<std::string, torch::Tensor> metrics;  // the loss function's
+};
+
+// The precision an engine computes in (docs/ARCHITECTURE.md, "Precision"). Autocast runs in param_dtype; fp32
+// means no autocast at all.
+struct Precision {
+  c10::ScalarType param_dtype = c10::kBFloat16;
+  c10::ScalarType reduce_dtype = c10::kFloat;
+  c10::ScalarType buffer_dtype = c10::kFloat;
+};
+
 class BaseEngine {
  public:
   // Sets the precision defaults first of all (autocast bf16, no scaler), so a subclass that never builds through
-  // the base's module path is still valid (DESIGN §4).
+  // a module path of its own is still valid.
   BaseEngine();
   virtual ~BaseEngine();  // key function: defined out of line in libenginery_host_api
   BaseEngine(const BaseEngine&) = delete;
@@ -67,15 +83,15 @@ class BaseEngine {
   ModeGuard eval_mode();
   bool is_training() const { return training_; }
 
-  virtual BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only) = 0;
-  // One micro-batch: forward under autocast_dtype(), the loss, and (unless forward_only) the backward.
-  virtual std::pair<torch::Tensor, ModelOutput> forward_step(const Batch& micro_batch, const LossFn& loss_fn,
-                                                             const LossContext& ctx, bool forward_only) = 0;
-
+  // The host's micro-batch loop, the same for every engine (docs/ARCHITECTURE.md, "One step"): splits `batch` by
+  // engine.micro_batch_size_per_gpu, counts the target tokens of all ranks once (loss_mask[:, 1:], checked that
+  // every rank has as many micro-batches), runs forward_step on each, sums the losses, averages the metrics and
+  // concatenates the outputs in order. Collective.
+  BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only);
   // zero grad -> forward_backward_batch -> optimizer_step -> lr_scheduler_step.
-  virtual BatchOutput train_batch(const Batch& batch, const LossFn& loss_fn);
+  BatchOutput train_batch(const Batch& batch, const LossFn& loss_fn);
   // forward_only under eval mode and no-grad; loss_fn may be empty.
-  virtual BatchOutput infer_batch(const Batch& batch, const LossFn& loss_fn = {});
+  BatchOutput infer_batch(const Batch& batch, const LossFn& loss_fn = {});
 
   virtual void optimizer_zero_grad() = 0;
   // Returns the global grad norm before clipping (a 0-dim tensor on the engine's device). Non-finite: the step
@@ -90,21 +106,35 @@ class BaseEngine {
   virtual void save_checkpoint(const std::string& path, int64_t global_step, int64_t max_ckpt_to_keep) = 0;
   virtual void load_checkpoint(const std::string& path) = 0;
 
-  virtual void to(const std::string& device, bool model = true, bool optimizer = true, bool grad = true) = 0;
-
   virtual int64_t get_data_parallel_rank() const = 0;
   virtual int64_t get_data_parallel_size() const = 0;
-  virtual c10::intrusive_ptr<compat::CommGroup> get_data_parallel_group() const = 0;
+  virtual CommGroupPtr get_data_parallel_group() const = 0;
   virtual bool is_mp_src_rank_with_outputs() const { return true; }
+  // Where the engine computes (its tensors, and the device of the group's collectives).
+  virtual torch::Device device() const = 0;
+  // What the engine was built from.
+  virtual const EngineArgs& args() const = 0;
 
-  // Precision (DESIGN §4).
-  c10::ScalarType autocast_dtype() const { return autocast_dtype_; }
+  // Precision (docs/ARCHITECTURE.md, "Precision").
+  const Precision& precision() const { return precision_; }
+  c10::ScalarType autocast_dtype() const { return precision_.param_dtype; }
   GradScaler* grad_scaler() const { return scaler_.get(); }
 
  protected:
+  // One micro-batch: forward under autocast_dtype(), the loss (when loss_fn is set), and unless forward_only the
+  // backward of the scaled loss. `ctx` says which micro-batch of how many this is (an FSDP engine reduces
+  // gradients after the last only).
+  virtual MicroBatchResult forward_step(const Batch& micro_batch, const LossFn& loss_fn, const LossContext& ctx,
+                                        bool forward_only) = 0;
   virtual void set_training(bool training) { training_ = training; }
 
-  c10::ScalarType autocast_dtype_;
+  // The one way to change the precision and the scaler. Refuses fp16 without a scaler unless the user chose
+  // `configured` == ScalerMode::kNever (engine.grad_scaler.enabled = "never"); refuses a scaler the
+  // configuration forbids.
+  void set_precision(const Precision& precision, std::unique_ptr<GradScaler> scaler, ScalerMode configured);
+
+ private:
+  Precision precision_;
   std::unique_ptr<GradScaler> scaler_;
   bool training_ = true;
 };

@@ -54,19 +54,6 @@ std::vector<Batch> Batch::split(int64_t rows_per_part) const {
   return parts;
 }
 
-Batch Batch::concat(const std::vector<Batch>& parts) {
-  Batch out;
-  if (parts.empty()) return out;
-  for (const auto& [name, _] : parts.front().tensors_) {
-    std::vector<torch::Tensor> pieces;
-    pieces.reserve(parts.size());
-    for (const auto& part : parts) pieces.push_back(part.at(name));
-    out.tensors_[name] = torch::cat(pieces, 0);
-  }
-  out.meta_ = parts.front().meta_;
-  return out;
-}
-
 Batch Batch::to(const torch::Device& device) const {
   Batch out;
   for (const auto& [name, tensor] : tensors_) out.tensors_[name] = tensor.to(device);

@@ -36,7 +36,6 @@ class Batch {
 
   Batch slice(int64_t begin, int64_t end) const;                     // rows [begin, end), metadata copied
   std::vector<Batch> split(int64_t rows_per_part) const;             // consecutive parts, the last may be smaller
-  static Batch concat(const std::vector<Batch>& parts);              // inverse of split
   Batch to(const torch::Device& device) const;
 
  private:

@@ -1,6 +1,9 @@
 #pragma once
-// Typed configuration handed to engines. Field names and defaults follow verl (verl/workers/config/*.py):
-// the trainer parses TOML into these structs, engines only read them.
+// Typed configuration handed to engines (docs/ARCHITECTURE.md, "Configuration"). Field names and defaults follow
+// verl (verl/workers/config/*.py). The trainer's parser turns the TOML text into these types once, at the
+// boundary, with file:line:col errors; engines never see a dtype or enum as a string.
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -8,6 +11,14 @@
 #include <vector>
 
 namespace enginery {
+
+// Where the weights come from: `model.path` as the user wrote it, resolved once by ModelConfig::source().
+struct ModelSource {
+  enum class Kind { kHfDirectory, kBuiltin };
+  Kind kind = Kind::kBuiltin;
+  std::string name;  // the directory, or the built-in's name without the "builtin:" prefix
+  bool is_builtin() const { return kind == Kind::kBuiltin; }
+};
 
 // verl HFModelConfig (subset). `path` is a Hugging Face model directory (config.json + *.safetensors) or a
 // built-in tiny model such as "builtin:qwen2-tiny".
@@ -17,16 +28,22 @@ struct ModelConfig {
   bool enable_gradient_checkpointing = false;  // verl defaults to true; off here so the CPU demo stays fast
   bool use_remove_padding = false;
   bool trust_remote_code = false;
-  std::optional<std::string> override_dtype;  // dtype the weights are loaded in before sharding ("fp32" default)
+  std::optional<c10::ScalarType> override_dtype;  // dtype the weights are loaded in before sharding (fp32 default)
+
+  ModelSource source() const;
 };
 
-// verl FSDPEngineConfig.mixed_precision. Strings are resolved with PrecisionType when the engine builds its
-// module, so a bad value fails there with "unexpected precision: <value>".
+// verl FSDPEngineConfig.mixed_precision. The defaults are written here and nowhere else.
 struct MixedPrecisionConfig {
-  std::string param_dtype = "bf16";
-  std::string reduce_dtype = "fp32";
-  std::string buffer_dtype = "fp32";
+  c10::ScalarType param_dtype = c10::kBFloat16;  // the compute (autocast) dtype; fp32 = no autocast at all
+  c10::ScalarType reduce_dtype = c10::kFloat;
+  c10::ScalarType buffer_dtype = c10::kFloat;
 };
+
+// "auto": a scaler exactly when param_dtype is fp16. "always": also for bf16/fp32 (a scaled fp32 run must equal an
+// unscaled one). "never": no scaler even for fp16, the one way to run fp16 unscaled (at the user's risk).
+enum class ScalerMode { kAuto, kAlways, kNever };
+const char* to_string(ScalerMode mode);
 
 // Settings of the sharded gradient scaler used when param_dtype is fp16 (torch.amp.GradScaler's defaults).
 struct GradScalerConfig {
@@ -34,14 +51,13 @@ struct GradScalerConfig {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 400;
-  // "auto": a scaler exactly when param_dtype is fp16. "always": also for bf16/fp32 (a scaled fp32 run must
-  // equal an unscaled one). "never": no scaler even for fp16 (at the user's risk).
-  std::string enabled = "auto";
+  ScalerMode enabled = ScalerMode::kAuto;
 };
 
-// verl EngineConfig + FSDPEngineConfig. One struct: every shipped engine is FSDP-based.
+// verl EngineConfig + FSDPEngineConfig. Every key here is honoured by the selected engine or refused by name
+// before it is built (host_api/config_support.h).
 struct EngineConfig {
-  std::string strategy = "fsdp";  // backend name the registry selects: "fsdp", "fsdp2", "veomni", ...
+  std::string strategy = "fsdp";  // the registry backend name (as verl): "fsdp", "fsdp2", "veomni", ...
   int64_t micro_batch_size_per_gpu = 1;
   bool forward_only = false;
   int64_t seed = 42;
@@ -49,18 +65,18 @@ struct EngineConfig {
   int64_t max_token_len_per_gpu = 16384;
 
   // FSDP
-  std::optional<MixedPrecisionConfig> mixed_precision;  // absent -> bf16 / fp32 / fp32
+  MixedPrecisionConfig mixed_precision;
   bool reshard_after_forward = true;
   int64_t fsdp_size = -1;  // -1: shard over the whole data-parallel group; N: HSDP, shard within groups of N
   bool param_offload = false;
   bool optimizer_offload = false;
   bool forward_prefetch = false;
-  std::string model_dtype = "fp32";  // dtype of the sharded master parameters
+  c10::ScalarType model_dtype = c10::kFloat;  // dtype of the sharded master parameters
   bool entropy_from_logits_with_chunking = true;
   GradScalerConfig grad_scaler;
 
-  // Backend-specific settings from the TOML table [engine.<backend>], as strings; the backend's factory parses
-  // them and rejects keys it does not know (naming "engine.<backend>.<key>").
+  // Backend-specific settings from the TOML table [engine.<backend>], as strings; the registry refuses names the
+  // engine does not declare, the engine parses the values (naming "engine.<backend>.<key>").
   std::map<std::string, std::string> backend_options;
 };
 

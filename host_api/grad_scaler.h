@@ -14,7 +14,6 @@ class GradScaler {
 
   virtual torch::Tensor scale(const torch::Tensor& loss) = 0;  // loss * current scale
   virtual double current_scale() const = 0;                     // host read; not for hot paths
-  virtual torch::Tensor scale_tensor() const = 0;               // 1-element fp32 tensor on the engine's device
   virtual int64_t growth_tracker() const = 0;
   // True when the last optimizer step was skipped because some rank saw a non-finite gradient.
   virtual bool last_step_skipped() const = 0;

@@ -8,14 +8,19 @@
 
 namespace enginery {
 
-// What the engine tells the loss about the whole step (DESIGN §3).
+// What the host's micro-batch loop tells the engine and the loss about the whole call (docs/ARCHITECTURE.md,
+// "One step").
 struct LossContext {
-  // Number of target tokens (sum of loss_mask) over all micro-batches of this call on all data-parallel ranks,
-  // all-reduced once before the first micro-batch (verl's batch_num_tokens).
+  // Number of target tokens (sum of loss_mask[:, 1:]) over all micro-batches of this call on all data-parallel
+  // ranks, all-reduced once before the first micro-batch (verl's batch_num_tokens).
   double global_num_tokens = 0.0;
   int64_t dp_size = 1;
   int64_t micro_batch_index = 0;
   int64_t num_micro_batches = 1;
+  // The batch's `calculate_entropy` metadata (verl's name): whether the model should also emit entropy.
+  bool calculate_entropy = false;
+
+  bool is_last_micro_batch() const { return micro_batch_index + 1 == num_micro_batches; }
 };
 
 struct LossResult {

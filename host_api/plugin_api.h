@@ -10,6 +10,7 @@
 #include <string>
 
 #include "host_api/base_engine.h"
+#include "host_api/config_support.h"
 #include "host_api/version.h"
 
 namespace enginery {
@@ -29,7 +30,9 @@ using EngineFactory = std::function<std::shared_ptr<BaseEngine>(const EngineArgs
 class Registrar {
  public:
   virtual ~Registrar();
-  virtual void register_engine(const EngineKey& key, EngineFactory factory) = 0;
+  // `support` declares which configuration the engine honours; the registry refuses to call `factory` with a
+  // configuration beyond it (host_api/config_support.h).
+  virtual void register_engine(const EngineKey& key, EngineFactory factory, ConfigSupport support) = 0;
 };
 
 // Plain C layout so the loader can read it before trusting anything else in the library.

@@ -1,13 +1,15 @@
 #pragma once
 // Version constants of the host/plugin contract. A plugin reports the values it was compiled with; the loader
-// compares them with its own (DESIGN §2 step 4).
+// compares them with its own (docs/ARCHITECTURE.md, "The contract").
 
 namespace enginery {
 
 // Bump the major version on any change that breaks binary compatibility of host_api types; bump the minor version
 // when something is added that older plugins can ignore. A host accepts plugins with the same major and a minor
 // that is not newer than its own.
-constexpr int kApiVersionMajor = 1;
+// 2.0: typed configuration, a ConfigSupport registered with each factory, the host-owned micro-batch loop (engines
+// implement forward_step only), precision and scaler private to BaseEngine. A 1.x plugin is refused.
+constexpr int kApiVersionMajor = 2;
 constexpr int kApiVersionMinor = 0;
 
 // Version of the plugin.toml schema this host reads.

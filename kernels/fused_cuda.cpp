@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "host_api/error.h"
+
 #ifdef ENGINERY_HAS_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -21,15 +23,16 @@ launch::Elem elem_of(const torch::Tensor& t) {
     case torch::kBFloat16: return launch::Elem::kBFloat16;
     case torch::kHalf: return launch::Elem::kHalf;
     case torch::kFloat: return launch::Elem::kFloat;
-    default: throw std::invalid_argument(std::string("enginery kernels: unsupported dtype ") +
-                                         c10::toString(t.scalar_type()) + " (allowed: bfloat16, half, float)");
+    default:
+      throw enginery::EngineryError(std::string("unsupported dtype ") + c10::toString(t.scalar_type()),
+                                    "enginery kernels", "bfloat16, half, float");
   }
 }
 
 void* stream() { return static_cast<void*>(at::cuda::getCurrentCUDAStream().stream()); }
 
 void require(bool ok, const char* what) {
-  if (!ok) throw std::invalid_argument(std::string("enginery kernels: ") + what);
+  if (!ok) throw enginery::EngineryError(what, "enginery kernels");
 }
 
 }  // namespace
@@ -138,8 +141,8 @@ void log_softmax_grad_(torch::Tensor& logits, const torch::Tensor& targets, cons
 
 namespace {
 [[noreturn]] void not_built(const char* what) {
-  throw std::logic_error(std::string("enginery kernels: ") + what +
-                         " called in a build without CUDA kernels (check kernels::applies first)");
+  throw enginery::EngineryError(std::string(what) + " called in a build without CUDA kernels", "enginery kernels",
+                                "callers that check kernels::applies first");
 }
 }  // namespace
 

@@ -1,7 +1,8 @@
 #include "models/causal_lm.h"
 
-#include "host_api/torch_compat.h"
+#include "host_api/error.h"
 #include "models/lm_head.h"
+#include "support/torch_compat.h"
 
 namespace enginery {
 namespace models {
@@ -69,7 +70,9 @@ torch::Tensor padded_causal_mask(const torch::Tensor& valid) {
 
 ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, UnitHooks* hooks) {
   const auto& ids = in.input_ids;
-  TORCH_CHECK(ids.dim() == 2, "input_ids must be [batch, seq]");
+  if (ids.dim() != 2) {
+    throw EngineryError("must be [batch, seq], got " + std::to_string(ids.dim()) + " dimensions", "input_ids");
+  }
   const int64_t b = ids.size(0), t = ids.size(1);
   const auto device = ids.device();
   auto mask = in.attention_mask.defined() ? in.attention_mask.to(device) : torch::ones({b, t}, ids.options());

@@ -2,8 +2,9 @@
 // recomputes the layer in backward.
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "host_api/torch_compat.h"
+#include "host_api/error.h"
 #include "models/layers.h"
+#include "support/torch_compat.h"
 
 namespace enginery {
 namespace models {
@@ -49,7 +50,9 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     std::vector<torch::Tensor> inputs{x_in};
     std::vector<int64_t> slot;  // index into the returned list for each entry of `inputs` after x
     auto params = layer->parameters();
-    TORCH_CHECK(static_cast<int64_t>(params.size()) == num_params, "checkpointed layer changed its parameter count");
+    if (static_cast<int64_t>(params.size()) != num_params) {
+      throw EngineryError("a checkpointed layer changed its parameter count", "activation checkpointing");
+    }
     for (int64_t i = 0; i < num_params; ++i) {
       if (params[i].requires_grad()) {
         inputs.push_back(params[i]);

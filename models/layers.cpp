@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 #include "models/fused_ops.h"
 
 namespace enginery {

@@ -2,7 +2,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 #include "kernels/fused_cuda.h"
 
 namespace enginery {

@@ -17,7 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kBuiltinPrefix = "builtin:";
 
 c10::ScalarType checkpoint_dtype(const std::string& name, const std::string& where) {
   if (name == "float32") return c10::kFloat;
@@ -96,16 +95,15 @@ std::shared_ptr<DecoderModel> build_model(const ModelConfig& cfg, const std::str
   } else {
     throw EngineryError("unknown model type '" + model_type + "'", "model_type", "language_model, value_model");
   }
-  const bool builtin = cfg.path.rfind(kBuiltinPrefix, 0) == 0;
-  ModelArgs args = builtin ? builtin_args(cfg.path.substr(kBuiltinPrefix.size())) : read_hf_config(cfg.path);
+  const ModelSource source = cfg.source();
+  ModelArgs args = source.is_builtin() ? builtin_args(source.name) : read_hf_config(source.name);
   auto model = std::make_shared<CausalLM>(args, head);
-  if (builtin) {
+  if (source.is_builtin()) {
     init_weights(*model, options.seed);
   } else {
-    load_weights(*model, cfg.path, options.seed);
+    load_weights(*model, source.name, options.seed);
   }
-  const auto dtype = cfg.override_dtype ? PrecisionType::to_dtype(*cfg.override_dtype) : c10::kFloat;
-  model->to(options.device, dtype);
+  model->to(options.device, cfg.override_dtype.value_or(c10::kFloat));
   model->set_gradient_checkpointing(cfg.enable_gradient_checkpointing);
   return model;
 }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 
 namespace enginery {
 namespace models {

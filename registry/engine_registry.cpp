@@ -46,7 +46,7 @@ void EngineRegistry::register_all(std::vector<EngineRegistration> registrations)
   for (auto& registration : registrations) {
     entries_.emplace(registration.key, Entry{std::move(registration.factory), std::move(registration.origin),
                                              std::move(registration.capabilities),
-                                             std::move(registration.keep_alive)});
+                                             std::move(registration.keep_alive), std::move(registration.support)});
   }
 }
 
@@ -91,18 +91,25 @@ void EngineRegistry::throw_unknown(const EngineKey& key) const {
   throw EngineryError("unknown " + part + ", cannot create " + key.str(), "engine registry", allowed);
 }
 
+EngineRegistry::Entry EngineRegistry::entry_of(const EngineKey& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) throw_unknown(key);
+  return it->second;
+}
+
+void EngineRegistry::check_config(const EngineKey& key, const EngineArgs& args) const {
+  const Entry entry = entry_of(key);
+  check_config_supported(entry.support, args, key.backend + " " + key.str() + " of " + entry.origin.str());
+}
+
 std::shared_ptr<BaseEngine> EngineRegistry::create(const EngineKey& key, const EngineArgs& args) const {
-  Entry entry;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(key);
-    if (it == entries_.end()) throw_unknown(key);
-    entry = it->second;
-  }
+  const Entry entry = entry_of(key);
   // The key decides what is built, so the factory never sees a model_type or device that disagrees with it.
   EngineArgs keyed = args;
   keyed.model_type = key.model_type;
   keyed.device = key.device;
+  check_config_supported(entry.support, keyed, key.backend + " " + key.str() + " of " + entry.origin.str());
   std::shared_ptr<BaseEngine> engine = entry.factory(keyed);
   if (!engine) throw EngineryError("the factory of " + key.str() + " returned no engine", entry.origin.str());
   BaseEngine* raw = engine.get();
@@ -121,7 +128,7 @@ std::shared_ptr<BaseEngine> EngineRegistry::create(const std::string& model_type
 std::vector<EngineInfo> EngineRegistry::list() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<EngineInfo> out;
-  for (const auto& [key, entry] : entries_) out.push_back({key, entry.origin, entry.capabilities});
+  for (const auto& [key, entry] : entries_) out.push_back({key, entry.origin, entry.capabilities, entry.support});
   return out;
 }
 

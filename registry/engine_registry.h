@@ -1,6 +1,6 @@
 #pragma once
 // EngineRegistry: engine factories keyed by (model_type, backend, device), each remembering where it came from so
-// every error can name the plugin and manifest (DESIGN §2 step 5).
+// every error can name the plugin and manifest (docs/ARCHITECTURE.md, "Plugins and packaging").
 #include <map>
 #include <memory>
 #include <mutex>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "host_api/base_engine.h"
+#include "host_api/config_support.h"
 #include "host_api/plugin_api.h"
 
 namespace enginery {
@@ -25,12 +26,14 @@ struct EngineRegistration {
   std::vector<std::string> capabilities;
   // Whatever must outlive every engine the factory makes (the plugin's library). Each created engine holds it.
   std::shared_ptr<const void> keep_alive;
+  ConfigSupport support;  // what configuration the engine honours; create() refuses anything beyond it
 };
 
 struct EngineInfo {
   EngineKey key;
   EngineOrigin origin;
   std::vector<std::string> capabilities;
+  ConfigSupport support;
 };
 
 class EngineRegistry {
@@ -44,8 +47,9 @@ class EngineRegistry {
   // Where an engine came from, or nullptr.
   const EngineOrigin* origin(const EngineKey& key) const;
 
-  // Builds an engine. args.model_type and args.device are set from the key. The returned pointer keeps the
-  // engine's library alive. An unknown key throws, listing what is registered for the part that did not match
+  // Builds an engine. args.model_type and args.device are set from the key. A configuration key set to a value the
+  // engine does not declare in its ConfigSupport throws before the factory runs, naming the key, the engine and
+  // what it supports. The returned pointer keeps the engine's library alive. An unknown key throws, listing what is registered for the part that did not match
   // and where each came from.
   std::shared_ptr<BaseEngine> create(const EngineKey& key, const EngineArgs& args) const;
   std::shared_ptr<BaseEngine> create(const std::string& model_type, const std::string& backend,
@@ -53,15 +57,21 @@ class EngineRegistry {
 
   std::vector<EngineInfo> list() const;  // sorted by key
 
+  // The check create() makes before the factory runs: throws EngineryError when `args` sets a key beyond the
+  // engine's ConfigSupport. Lets a host refuse a configuration before it starts any rank.
+  void check_config(const EngineKey& key, const EngineArgs& args) const;
+
  private:
   struct Entry {
     EngineFactory factory;
     EngineOrigin origin;
     std::vector<std::string> capabilities;
     std::shared_ptr<const void> keep_alive;
+    ConfigSupport support;
   };
   void check_free(const EngineRegistration& registration) const;
   [[noreturn]] void throw_unknown(const EngineKey& key) const;
+  Entry entry_of(const EngineKey& key) const;
 
   mutable std::mutex mutex_;
   std::map<EngineKey, Entry> entries_;

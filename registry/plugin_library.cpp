@@ -34,7 +34,11 @@ void check_api_version(int major, int minor, const std::string& where, const std
   const std::string allowed = std::to_string(kApiVersionMajor) + ".0 to " + api_text(kApiVersionMajor, kApiVersionMinor);
   if (major != kApiVersionMajor) {
     throw EngineryError("wrong API version on " + who + ": got " + api_text(major, minor) + ", the host's is " +
-                            api_text(kApiVersionMajor, kApiVersionMinor) + " (major versions differ)",
+                            api_text(kApiVersionMajor, kApiVersionMinor) + " (major versions differ" +
+                            (major < kApiVersionMajor ? "; a plugin built against the " + std::to_string(major) +
+                                                            ".x contract must be rebuilt against this host's headers"
+                                                      : "; this host is older than the plugin") +
+                            ")",
                         where, allowed);
   }
   if (minor > kApiVersionMinor) {

@@ -7,7 +7,7 @@
 #include "host_api/error.h"
 #include "registry/plugin_files.h"
 #include "registry/plugin_library.h"
-#include "registry/sha256.h"
+#include "support/sha256.h"
 
 namespace enginery {
 namespace {
@@ -17,14 +17,18 @@ namespace fs = std::filesystem;
 // Collects what a plugin registers; nothing reaches the real registry until every check has passed.
 class StagingRegistrar : public Registrar {
  public:
-  void register_engine(const EngineKey& key, EngineFactory factory) override {
-    if (!factories_.emplace(key, std::move(factory)).second) repeated_.push_back(key.str());
+  struct Staged {
+    EngineFactory factory;
+    ConfigSupport support;
+  };
+  void register_engine(const EngineKey& key, EngineFactory factory, ConfigSupport support) override {
+    if (!factories_.emplace(key, Staged{std::move(factory), std::move(support)}).second) repeated_.push_back(key.str());
   }
-  std::map<EngineKey, EngineFactory>& factories() { return factories_; }
+  std::map<EngineKey, Staged>& factories() { return factories_; }
   const std::vector<std::string>& repeated() const { return repeated_; }
 
  private:
-  std::map<EngineKey, EngineFactory> factories_;
+  std::map<EngineKey, Staged> factories_;
   std::vector<std::string> repeated_;
 };
 
@@ -116,9 +120,9 @@ LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) 
   }
 
   std::vector<EngineRegistration> registrations;
-  for (auto& [key, factory] : staging.factories()) {
-    registrations.push_back({key, std::move(factory), EngineOrigin{manifest.name, manifest.file.string()},
-                             capabilities_of(manifest, key), opened.handle});
+  for (auto& [key, staged] : staging.factories()) {
+    registrations.push_back({key, std::move(staged.factory), EngineOrigin{manifest.name, manifest.file.string()},
+                             capabilities_of(manifest, key), opened.handle, std::move(staged.support)});
   }
   registry.register_all(std::move(registrations));
   return LoadedPlugin{manifest, library};

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "host_api/durable_fs.h"
+#include "support/durable_fs.h"
 #include "host_api/error.h"
 
 namespace fs = std::filesystem;

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 
 namespace enginery {
 

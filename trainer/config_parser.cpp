@@ -7,6 +7,7 @@
 
 #include "host_api/error.h"
 #include "host_api/precision.h"
+#include "models/model_args.h"
 #include "trainer/config_schema.h"
 
 namespace enginery {
@@ -97,13 +98,23 @@ class TomlReader : public ConfigVisitor {
     }
     value = given;
   }
-  void precision(const std::string& key, std::string& value) override {
+  void precision(const std::string& key, c10::ScalarType& value) override {
+    if (const toml::node* n = find(key)) value = precision_of(key, *n);
+  }
+  void optional_precision(const std::string& key, std::optional<c10::ScalarType>& value) override {
+    if (const toml::node* n = find(key)) value = precision_of(key, *n);
+  }
+  void scaler_mode(const std::string& key, ScalerMode& value) override {
     const toml::node* n = find(key);
     if (n == nullptr) return;
-    value = precision_string(key, *n);
-  }
-  void optional_precision(const std::string& key, std::optional<std::string>& value) override {
-    if (const toml::node* n = find(key)) value = precision_string(key, *n);
+    const std::string given = string(key, *n);
+    for (auto mode : {ScalerMode::kAuto, ScalerMode::kAlways, ScalerMode::kNever}) {
+      if (given == to_string(mode)) {
+        value = mode;
+        return;
+      }
+    }
+    throw EngineryError(key + ": unknown value '" + given + "'", where(key, *n), "auto, always, never");
   }
   bool has_table(const std::string& key) override {
     known_tables_.insert(key);
@@ -186,7 +197,7 @@ class TomlReader : public ConfigVisitor {
     if (!n.is_string()) wrong_type(key, n, "a string");
     return n.as_string()->get();
   }
-  std::string precision_string(const std::string& key, const toml::node& n) const {
+  c10::ScalarType precision_of(const std::string& key, const toml::node& n) const {
     std::string text;
     if (n.is_integer()) {
       text = std::to_string(n.as_integer()->get());
@@ -196,11 +207,10 @@ class TomlReader : public ConfigVisitor {
       wrong_type(key, n, "a precision string or 16 / 32");
     }
     try {
-      PrecisionType::to_dtype(text);
+      return PrecisionType::to_dtype(text);
     } catch (const EngineryError& e) {
       throw EngineryError(key + ": " + e.what_failed(), where(key, n), kPrecisionAllowed);
     }
-    return text;
   }
 
   bool is_known_table(const std::string& key) const {
@@ -311,6 +321,15 @@ void check_values(const TrainConfig& c) {
   }
   if (c.trainer.experiment_name.empty()) throw EngineryError("trainer.experiment_name is empty", c.where("trainer.experiment_name"));
   if (c.optim.lr < 0) throw EngineryError("optim.lr must be >= 0", c.where("optim.lr"));
+  const ModelSource source = c.model.source();
+  if (source.is_builtin()) {
+    try {
+      models::builtin_args(source.name);
+    } catch (const EngineryError&) {
+      throw EngineryError("model.path: unknown built-in model '" + c.model.path + "'", c.where("model.path"),
+                          "an HF model directory, or builtin:<name> with <name> one of " + models::builtin_names());
+    }
+  }
 }
 
 }  // namespace

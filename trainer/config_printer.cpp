@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "host_api/precision.h"
 #include "trainer/config_schema.h"
 
 namespace enginery {
@@ -31,10 +32,13 @@ class TomlWriter : public ConfigVisitor {
   void choice(const std::string& key, std::string& value, const std::vector<std::string>&) override {
     put(key, value);
   }
-  void precision(const std::string& key, std::string& value) override { put(key, value); }
-  void optional_precision(const std::string& key, std::optional<std::string>& value) override {
-    if (value) put(key, *value);
+  void precision(const std::string& key, c10::ScalarType& value) override {
+    put(key, PrecisionType::to_str(value));
   }
+  void optional_precision(const std::string& key, std::optional<c10::ScalarType>& value) override {
+    if (value) put(key, PrecisionType::to_str(*value));
+  }
+  void scaler_mode(const std::string& key, ScalerMode& value) override { put(key, std::string(to_string(value))); }
   bool has_table(const std::string&) override { return true; }
   void backend_table(const std::string& parent, const std::string& backend,
                      std::map<std::string, std::string>& options) override {

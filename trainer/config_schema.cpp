@@ -41,19 +41,16 @@ void visit_config(ConfigVisitor& v, TrainConfig& c) {
   v.field("engine.forward_prefetch", e.forward_prefetch);
   v.precision("engine.model_dtype", e.model_dtype);
   v.field("engine.entropy_from_logits_with_chunking", e.entropy_from_logits_with_chunking);
-  {
-    MixedPrecisionConfig mp = e.mixed_precision.value_or(MixedPrecisionConfig{});
-    v.precision("engine.mixed_precision.param_dtype", mp.param_dtype);
-    v.precision("engine.mixed_precision.reduce_dtype", mp.reduce_dtype);
-    v.precision("engine.mixed_precision.buffer_dtype", mp.buffer_dtype);
-    if (v.has_table("engine.mixed_precision")) e.mixed_precision = mp;
-  }
+  v.has_table("engine.mixed_precision");
+  v.precision("engine.mixed_precision.param_dtype", e.mixed_precision.param_dtype);
+  v.precision("engine.mixed_precision.reduce_dtype", e.mixed_precision.reduce_dtype);
+  v.precision("engine.mixed_precision.buffer_dtype", e.mixed_precision.buffer_dtype);
   GradScalerConfig& gs = e.grad_scaler;
   v.field("engine.grad_scaler.init_scale", gs.init_scale);
   v.field("engine.grad_scaler.growth_factor", gs.growth_factor);
   v.field("engine.grad_scaler.backoff_factor", gs.backoff_factor);
   v.field("engine.grad_scaler.growth_interval", gs.growth_interval);
-  v.choice("engine.grad_scaler.enabled", gs.enabled, {"auto", "always", "never"});
+  v.scaler_mode("engine.grad_scaler.enabled", gs.enabled);
   v.backend_table("engine", e.strategy, e.backend_options);
 
   OptimizerConfig& o = c.optim;

@@ -24,9 +24,10 @@ class ConfigVisitor {
   virtual void field(const std::string& key, double (&value)[2]) = 0;
   // A string from a closed set.
   virtual void choice(const std::string& key, std::string& value, const std::vector<std::string>& allowed) = 0;
-  // A precision string (verl PrecisionType): a string or the integers 16 / 32.
-  virtual void precision(const std::string& key, std::string& value) = 0;
-  virtual void optional_precision(const std::string& key, std::optional<std::string>& value) = 0;
+  // A precision (verl PrecisionType spellings: a string or the integers 16 / 32), typed at the boundary.
+  virtual void precision(const std::string& key, c10::ScalarType& value) = 0;
+  virtual void optional_precision(const std::string& key, std::optional<c10::ScalarType>& value) = 0;
+  virtual void scaler_mode(const std::string& key, ScalerMode& value) = 0;
   // Whether the table `key` is given (parser) / should be written (printer).
   virtual bool has_table(const std::string& key) = 0;
   // [<parent>.<backend>]: options of the selected backend, kept as strings; every other sub-table of `parent`

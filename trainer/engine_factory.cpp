@@ -44,10 +44,41 @@ PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<Plugin
   return report;
 }
 
+namespace {
+
+// A refusal of the registry names the config key as its "where"; the user wants the file:line:col (or --set flag)
+// that set it.
+[[noreturn]] void rethrow_at_origin(const EngineryError& e, const TrainConfig& config) {
+  if (config.origins.count(e.where())) throw EngineryError(e.what_failed(), config.where(e.where()), e.allowed());
+  throw e;
+}
+
+void check_config_honoured(const EngineRegistry& registry, const EngineKey& key, const TrainConfig& config,
+                           int64_t world_size) {
+  EngineArgs args;
+  args.model_type = key.model_type;
+  args.device = key.device;
+  args.world_size = world_size;
+  args.model = config.model;
+  args.engine = config.engine;
+  args.optim = config.optim;
+  args.checkpoint = config.checkpoint;
+  try {
+    registry.check_config(key, args);
+  } catch (const EngineryError& e) {
+    rethrow_at_origin(e, config);
+  }
+}
+
+}  // namespace
+
 void check_engine_available(const EngineRegistry& registry, const PluginLoadReport& report, const TrainConfig& config,
-                            const std::string& device) {
+                            const std::string& device, int64_t world_size) {
   const EngineKey key{config.model_type(), config.engine.strategy, device};
-  if (registry.has(key)) return;
+  if (registry.has(key)) {
+    check_config_honoured(registry, key, config, world_size);
+    return;
+  }
   std::string allowed;
   for (const auto& info : registry.list()) {
     if (info.key.model_type != key.model_type || info.key.device != key.device) continue;
@@ -64,7 +95,11 @@ void check_engine_available(const EngineRegistry& registry, const PluginLoadRepo
 
 std::shared_ptr<BaseEngine> create_engine(const EngineRegistry& registry, const TrainConfig& config,
                                           const EngineArgs& args) {
-  return registry.create(config.model_type(), config.engine.strategy, args.device, args);
+  try {
+    return registry.create(config.model_type(), config.engine.strategy, args.device, args);
+  } catch (const EngineryError& e) {
+    rethrow_at_origin(e, config);
+  }
 }
 
 }  // namespace enginery

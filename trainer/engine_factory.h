@@ -27,9 +27,10 @@ PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<Plugin
 
 // Throws EngineryError naming where engine.strategy was set (file:line:col or the flag) when the registry has no
 // engine for (model_type, strategy, device); the allowed list names every registered backend and its plugin, and
-// any plugin that was rejected.
+// any plugin that was rejected. Then refuses every key the engine does not honour at `world_size` ranks, naming
+// where that key was set.
 void check_engine_available(const EngineRegistry& registry, const PluginLoadReport& report, const TrainConfig& config,
-                            const std::string& device);
+                            const std::string& device, int64_t world_size);
 
 std::shared_ptr<BaseEngine> create_engine(const EngineRegistry& registry, const TrainConfig& config,
                                           const EngineArgs& args);

@@ -116,7 +116,7 @@ int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector
                                                                static_cast<int>(env.world_size));
   EngineRegistry registry;
   const PluginLoadReport report = load_plugins(registry, plugin_path, lead ? &std::cerr : nullptr);
-  check_engine_available(registry, report, config, device_name);
+  check_engine_available(registry, report, config, device_name, env.world_size);
   EngineArgs args;
   args.device = device_name;
   args.rank = env.rank;

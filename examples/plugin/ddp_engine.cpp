@@ -3,23 +3,21 @@
 
 #include <host_api/error.h>
 #include <host_api/precision.h>
-#include <host_api/torch_compat.h>
+#include <support/torch_compat.h>
 #include <models/model_factory.h>
 
 #include <cmath>
 #include <filesystem>
 #include <iostream>
-#include <optional>
 
 namespace example {
 
 using enginery::Batch;
-using enginery::BatchOutput;
 using enginery::EngineryError;
-using enginery::ModelOutput;
 
 DdpEngine::DdpEngine(enginery::EngineArgs args) : args_(std::move(args)), device_(torch::kCPU) {
-  // A bad value stops here, at registry.create(), naming the field: nothing is ever silently ignored.
+  // The host already refused every configuration key beyond config_support(); what is left are the values only
+  // this engine knows. A bad one stops here, at registry.create(), naming the field.
   auto reject = [this](bool bad, const std::string& what, const std::string& field, const std::string& allowed) {
     if (bad) throw EngineryError(what, where(field), allowed);
   };
@@ -27,34 +25,6 @@ DdpEngine::DdpEngine(enginery::EngineArgs args) : args_(std::move(args)), device
   reject(args_.device != "cpu" && args_.device != "cuda", "unknown device '" + args_.device + "'", "device",
          "cpu, cuda");
   reject(args_.world_size > 1 && !args_.world_group, "no world group for world size > 1", "world_group", "a group");
-  for (const auto& [key, value] : args_.engine.backend_options) {
-    reject(true, "unknown option '" + key + "'", "engine." + std::string(kBackend) + "." + key, "none");
-  }
-  const auto mp = args_.engine.mixed_precision.value_or(enginery::MixedPrecisionConfig{});
-  auto dtype = [&](const std::string& value, const std::string& field) -> c10::ScalarType {
-    try {
-      return enginery::PrecisionType::to_dtype(value);
-    } catch (const EngineryError& e) {
-      throw EngineryError(e.what_failed(), where("engine.mixed_precision." + field), "fp32, bf16 and their aliases");
-    }
-  };
-  param_dtype_ = dtype(mp.param_dtype, "param_dtype");
-  reject(param_dtype_ == c10::kHalf, "fp16 needs a grad scaler, which this engine does not have",
-         "engine.mixed_precision.param_dtype", "bf16, fp32");
-  reject(!enginery::compat::autocast_supported(device_.type(), param_dtype_),
-         "this LibTorch cannot autocast to " + mp.param_dtype + " on " + args_.device,
-         "engine.mixed_precision.param_dtype", "fp32");
-  reject(dtype(mp.reduce_dtype, "reduce_dtype") != c10::kFloat, "gradients are all-reduced in fp32",
-         "engine.mixed_precision.reduce_dtype", "fp32");
-  reject(dtype(mp.buffer_dtype, "buffer_dtype") != c10::kFloat, "the whole model is kept in fp32",
-         "engine.mixed_precision.buffer_dtype", "fp32");
-  const std::string& scaler = args_.engine.grad_scaler.enabled;
-  reject(scaler != "auto" && scaler != "never", "no grad scaler; got '" + scaler + "'", "engine.grad_scaler.enabled",
-         "auto, never");
-  reject(args_.engine.micro_batch_size_per_gpu < 1, "must be positive", "engine.micro_batch_size_per_gpu", ">= 1");
-  reject(args_.engine.use_dynamic_bsz, "not supported", "engine.use_dynamic_bsz", "false");
-  reject(args_.engine.param_offload || args_.engine.optimizer_offload, "offloading is not supported",
-         "engine.param_offload / engine.optimizer_offload", "false");
   reject(args_.optim.optimizer != "AdamW", "unknown optimizer '" + args_.optim.optimizer + "'", "optim.optimizer",
          "AdamW");
   const std::string& schedule = args_.optim.lr_scheduler_type;
@@ -64,6 +34,17 @@ DdpEngine::DdpEngine(enginery::EngineArgs args) : args_(std::move(args)), device
   warmup_steps_ = args_.optim.lr_warmup_steps > 0
                       ? args_.optim.lr_warmup_steps
                       : static_cast<int64_t>(args_.optim.lr_warmup_steps_ratio * args_.optim.total_training_steps);
+}
+
+enginery::ConfigSupport DdpEngine::config_support() {
+  enginery::ConfigSupport support;  // the defaults: fp32 reductions and buffers, no HSDP, offload or packing
+  support.param_dtypes = {c10::kFloat};
+  // fp16 would need a grad scaler, which this engine does not have; bf16 only where CPU autocast has it.
+  if (enginery::compat::autocast_supported(c10::DeviceType::CPU, c10::kBFloat16)) {
+    support.param_dtypes.push_back(c10::kBFloat16);
+  }
+  support.scaler_modes = {enginery::ScalerMode::kAuto, enginery::ScalerMode::kNever};
+  return support;
 }
 
 std::string DdpEngine::where(const std::string& field) const {
@@ -89,7 +70,10 @@ void DdpEngine::initialize() {
       if (args_.world_size > 1) args_.world_group->broadcast(one)->wait();
     }
   }
-  autocast_dtype_ = param_dtype_;  // BaseEngine's constructor set bf16; fp32 turns autocast off
+  // BaseEngine's constructor set bf16; fp32 turns autocast off. The whole model stays fp32, so reductions and
+  // buffers are fp32 whatever was asked (the host refused anything else).
+  const auto& mp = args_.engine.mixed_precision;
+  set_precision({mp.param_dtype, c10::kFloat, c10::kFloat}, nullptr, args_.engine.grad_scaler.enabled);
   const auto& o = args_.optim;
   auto adamw = torch::optim::AdamWOptions(lr_at(0)).betas(std::make_tuple(o.betas[0], o.betas[1]));
   optimizer_ = std::make_unique<torch::optim::AdamW>(params_, adamw.eps(o.eps).weight_decay(o.weight_decay));
@@ -101,69 +85,30 @@ void DdpEngine::set_training(bool training) {
   if (model_) model_->train(training);
 }
 
-std::pair<torch::Tensor, ModelOutput> DdpEngine::forward_step(const Batch& micro_batch,
-                                                              const enginery::LossFn& loss_fn,
-                                                              const enginery::LossContext& ctx, bool forward_only) {
+enginery::MicroBatchResult DdpEngine::forward_step(const Batch& micro_batch, const enginery::LossFn& loss_fn,
+                                                   const enginery::LossContext& ctx, bool forward_only) {
   require_initialized("forward_step");
   enginery::models::ModelInputs inputs;
   inputs.input_ids = micro_batch.at("input_ids").to(device_);
   inputs.attention_mask = micro_batch.at("attention_mask").to(device_);
   if (micro_batch.has("position_ids")) inputs.position_ids = micro_batch.at("position_ids").to(device_);
   enginery::models::HeadOptions head;
-  if (micro_batch.has_meta("calculate_entropy")) {
-    if (const bool* on = std::get_if<bool>(&micro_batch.meta("calculate_entropy"))) head.compute_entropy = *on;
-  }
-  ModelOutput output;
+  head.compute_entropy = ctx.calculate_entropy;
+  enginery::MicroBatchResult result;
   {
-    enginery::compat::AutocastScope autocast(device_.type(), autocast_dtype_);  // clears its cache on exit
-    output = model_->forward(inputs, head, /*hooks=*/nullptr);
+    enginery::compat::AutocastScope autocast(device_.type(), autocast_dtype());  // clears its cache on exit
+    result.output = model_->forward(inputs, head, /*hooks=*/nullptr);
   }
-  torch::Tensor loss;
   if (loss_fn) {
-    enginery::LossResult result = loss_fn(output, micro_batch.to(device_), ctx);
-    loss = result.loss;
-    last_metrics_ = std::move(result.metrics);
+    enginery::LossResult loss = loss_fn(result.output, micro_batch.to(device_), ctx);
+    result.loss = loss.loss;
+    result.metrics = std::move(loss.metrics);
   }
   if (!forward_only && torch::GradMode::is_enabled()) {
-    if (!loss.defined()) throw EngineryError("a training step needs a loss function", where("loss_fn"));
-    loss.backward();  // gradients accumulate in .grad; they are summed over ranks in optimizer_step()
+    if (!result.loss.defined()) throw EngineryError("a training step needs a loss function", where("loss_fn"));
+    result.loss.backward();  // gradients accumulate in .grad; they are summed over ranks in optimizer_step()
   }
-  return {loss, output};
-}
-
-BatchOutput DdpEngine::forward_backward_batch(const Batch& batch, const enginery::LossFn& loss_fn,
-                                              bool forward_only) {
-  require_initialized("forward_backward_batch");
-  std::optional<torch::NoGradGuard> no_grad;
-  if (forward_only) no_grad.emplace();
-  const std::vector<Batch> micro = batch.split(args_.engine.micro_batch_size_per_gpu);
-  // The loss contract's normaliser (host_api/loss.h): target tokens of this call on all ranks, reduced once.
-  auto tokens = torch::zeros({1}, torch::dtype(torch::kDouble).device(device_));
-  if (batch.has("loss_mask")) tokens += batch.at("loss_mask").to(device_).to(torch::kDouble).sum();
-  all_reduce(tokens);
-  enginery::LossContext ctx;
-  ctx.global_num_tokens = tokens.item<double>();
-  ctx.dp_size = args_.world_size;
-  ctx.num_micro_batches = static_cast<int64_t>(micro.size());
-
-  BatchOutput out;
-  std::map<std::string, std::vector<torch::Tensor>> pieces;
-  for (size_t i = 0; i < micro.size(); ++i) {
-    ctx.micro_batch_index = static_cast<int64_t>(i);
-    last_metrics_.clear();
-    auto [loss, output] = forward_step(micro[i], loss_fn, ctx, forward_only);
-    if (loss.defined()) out.loss = out.loss.defined() ? out.loss + loss.detach() : loss.detach();
-    for (const auto& [name, t] : {std::pair{"log_probs", output.log_probs}, std::pair{"entropy", output.entropy},
-                                  std::pair{"values", output.values}}) {
-      if (t.defined()) pieces[name].push_back(t.detach());
-    }
-    for (const auto& [name, value] : last_metrics_) {
-      auto share = value.detach().to(torch::kDouble) / static_cast<double>(micro.size());
-      out.metrics[name] = out.metrics.count(name) ? out.metrics[name] + share : share;
-    }
-  }
-  for (auto& [name, list] : pieces) out.outputs[name] = torch::cat(list, 0);
-  return out;
+  return result;
 }
 
 void DdpEngine::optimizer_zero_grad() {
@@ -266,12 +211,6 @@ void DdpEngine::load_checkpoint(const std::string& path) {
   archive.read("scheduler_step", step);
   scheduler_step_ = step.item<int64_t>();
   optimizer_zero_grad();
-}
-
-void DdpEngine::to(const std::string& device, bool, bool, bool) {
-  if (device == args_.device) return;
-  throw EngineryError("moving the replica to '" + device + "' (offload) is not implemented", where("to()"),
-                      args_.device);
 }
 
 void DdpEngine::all_reduce(torch::Tensor& tensor) const {

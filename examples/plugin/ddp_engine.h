@@ -3,6 +3,7 @@
 // the way a third party writes one. Every rank holds the whole model in fp32; each step sums the gradients over
 // the ranks with one all-reduce, clips them and runs torch::optim::AdamW. No sharding, no grad scaler.
 #include <host_api/base_engine.h>
+#include <host_api/config_support.h>
 #include <models/decoder_model.h>
 #include <torch/torch.h>
 
@@ -20,15 +21,11 @@ class DdpEngine : public enginery::BaseEngine {
  public:
   // Checks every setting it reads (EngineryError naming the field); builds nothing yet.
   explicit DdpEngine(enginery::EngineArgs args);
+  // What it honours beyond the defaults: fp32/bf16 compute (as this LibTorch's CPU autocast allows), no scaler.
+  // The host refuses every other setting by name before this engine is built.
+  static enginery::ConfigSupport config_support();
 
   void initialize() override;
-
-  enginery::BatchOutput forward_backward_batch(const enginery::Batch& batch, const enginery::LossFn& loss_fn,
-                                               bool forward_only) override;
-  std::pair<torch::Tensor, enginery::ModelOutput> forward_step(const enginery::Batch& micro_batch,
-                                                               const enginery::LossFn& loss_fn,
-                                                               const enginery::LossContext& ctx,
-                                                               bool forward_only) override;
 
   void optimizer_zero_grad() override;
   torch::Tensor optimizer_step() override;
@@ -38,15 +35,17 @@ class DdpEngine : public enginery::BaseEngine {
       const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) override;
   void save_checkpoint(const std::string& path, int64_t global_step, int64_t max_ckpt_to_keep) override;
   void load_checkpoint(const std::string& path) override;
-  void to(const std::string& device, bool model, bool optimizer, bool grad) override;
 
   int64_t get_data_parallel_rank() const override { return args_.rank; }
   int64_t get_data_parallel_size() const override { return args_.world_size; }
-  c10::intrusive_ptr<enginery::compat::CommGroup> get_data_parallel_group() const override {
-    return args_.world_group;
-  }
+  enginery::CommGroupPtr get_data_parallel_group() const override { return args_.world_group; }
+  torch::Device device() const override { return device_; }
+  const enginery::EngineArgs& args() const override { return args_; }
 
  protected:
+  // One micro-batch of the host's loop (BaseEngine::forward_backward_batch).
+  enginery::MicroBatchResult forward_step(const enginery::Batch& micro_batch, const enginery::LossFn& loss_fn,
+                                          const enginery::LossContext& ctx, bool forward_only) override;
   void set_training(bool training) override;
 
  private:
@@ -59,11 +58,9 @@ class DdpEngine : public enginery::BaseEngine {
 
   enginery::EngineArgs args_;
   torch::Device device_;
-  c10::ScalarType param_dtype_;  // what initialize() turns into autocast_dtype_
   std::shared_ptr<enginery::models::DecoderModel> model_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::map<std::string, torch::Tensor> last_metrics_;  // of the last forward_step's loss
   int64_t scheduler_step_ = 0;
   int64_t warmup_steps_ = 0;
   std::deque<std::string> saved_checkpoints_;

@@ -9,9 +9,12 @@ namespace {
 
 void register_engines(enginery::Registrar& registrar) {
   for (const char* model_type : {"language_model", "value_model"}) {
-    registrar.register_engine({model_type, kBackend, "cpu"}, [](const enginery::EngineArgs& args) {
-      return std::make_shared<DdpEngine>(args);  // validates args: a bad value fails registry.create()
-    });
+    registrar.register_engine(
+        {model_type, kBackend, "cpu"},
+        [](const enginery::EngineArgs& args) {
+          return std::make_shared<DdpEngine>(args);  // validates args: a bad value fails registry.create()
+        },
+        DdpEngine::config_support());
   }
 }
 

@@ -2,8 +2,9 @@
 
 #include <cmath>
 
-#include "host_api/torch_compat.h"
+#include "host_api/error.h"
 #include "kernels/fused_cuda.h"
+#include "support/torch_compat.h"
 
 namespace enginery {
 namespace fsdp {
@@ -47,7 +48,9 @@ void AdamW::promote_grads_to_param_dtype() {
 }
 
 void AdamW::step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
-  TORCH_CHECK(fused_, "AdamW::step_fused needs CUDA fp32 shards and enginery's kernels or LibTorch 2.1+");
+  if (!fused_) {
+    throw EngineryError("needs CUDA fp32 shards and enginery's kernels or LibTorch 2.1+", "AdamW::step_fused");
+  }
   torch::NoGradGuard no_grad;
   ++step_;
   if (found_inf.defined()) {

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "host_api/error.h"
-#include "host_api/sha256.h"
+#include "support/sha256.h"
 
 namespace enginery {
 namespace fsdp {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "host_api/sha256.h"
+#include "support/sha256.h"
 
 namespace enginery {
 namespace fsdp {

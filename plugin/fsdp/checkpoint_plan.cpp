@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "host_api/error.h"
+
 namespace enginery {
 namespace fsdp {
 namespace ckpt {
@@ -47,7 +49,9 @@ std::vector<Segment> CheckpointPlan::write_file(FileWriter& file, const std::vec
       for (const ShardRange& r : fsdp_.units()[u].layout().owned_ranges(shard_rank)) {
         const auto piece = per_state[k].at(u).narrow(0, r.shard_offset, r.end - r.begin).to(torch::kFloat);
         const uint64_t at = file.append(piece);
-        TORCH_CHECK(at == segments.at(next).offset, "checkpoint file map and writer disagree");
+        if (at != segments.at(next).offset) {
+          throw EngineryError("the file map and the writer disagree at offset " + std::to_string(at), "checkpoint plan");
+        }
         ++next;
       }
     }

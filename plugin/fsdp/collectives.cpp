@@ -35,8 +35,11 @@ Collectives::Collectives(c10::intrusive_ptr<compat::CommGroup> group, int64_t ra
 bool Collectives::native_base_ops() const { return group_ && group_->getBackendName() == "nccl"; }
 
 void Collectives::all_gather_into(torch::Tensor& out, const torch::Tensor& in) const {
-  TORCH_CHECK(out.numel() == in.numel() * size_, "all_gather_into: out has ", out.numel(), " elements, expected ",
-              in.numel() * size_);
+  if (out.numel() != in.numel() * size_) {
+    throw EngineryError("out has " + std::to_string(out.numel()) + " elements, expected " +
+                            std::to_string(in.numel() * size_),
+                        "Collectives::all_gather_into");
+  }
   if (size_ == 1) {
     out.view(-1).copy_(in.view(-1));
     return;
@@ -55,8 +58,11 @@ void Collectives::all_gather_into(torch::Tensor& out, const torch::Tensor& in) c
 }
 
 void Collectives::reduce_scatter_into(torch::Tensor& out, const torch::Tensor& in) const {
-  TORCH_CHECK(in.numel() == out.numel() * size_, "reduce_scatter_into: in has ", in.numel(), " elements, expected ",
-              out.numel() * size_);
+  if (in.numel() != out.numel() * size_) {
+    throw EngineryError("in has " + std::to_string(in.numel()) + " elements, expected " +
+                            std::to_string(out.numel() * size_),
+                        "Collectives::reduce_scatter_into");
+  }
   if (size_ == 1) {
     out.view(-1).copy_(in.view(-1));
     return;

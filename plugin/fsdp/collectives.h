@@ -5,7 +5,7 @@
 // All ops are blocking: they return after the result is in place.
 #include <torch/torch.h>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 #include "plugin/fsdp/fsdp_export.h"
 
 namespace enginery {

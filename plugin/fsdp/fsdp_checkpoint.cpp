@@ -8,8 +8,9 @@
 //      retention removes old checkpoints (counted on disk, never the new one).
 #include <filesystem>
 
-#include "host_api/durable_fs.h"
+#include "support/durable_fs.h"
 #include "host_api/error.h"
+#include "host_api/precision.h"
 #include "models/model_factory.h"
 #include "plugin/fsdp/checkpoint_extra.h"
 #include "plugin/fsdp/checkpoint_files.h"
@@ -80,13 +81,13 @@ std::string sha_of_slot(const int64_t* w) {
 }
 
 nlohmann::json config_json(const EngineArgs& a, int64_t fsdp_size) {
-  const MixedPrecisionConfig mp = a.engine.mixed_precision.value_or(MixedPrecisionConfig{});
+  const MixedPrecisionConfig& mp = a.engine.mixed_precision;
   return {{"model", {{"path", a.model.path}, {"model_type", a.model_type}}},
           {"engine",
            {{"strategy", a.engine.strategy},
             {"fsdp_size", fsdp_size},
-            {"param_dtype", mp.param_dtype},
-            {"reduce_dtype", mp.reduce_dtype},
+            {"param_dtype", PrecisionType::to_str(mp.param_dtype)},
+            {"reduce_dtype", PrecisionType::to_str(mp.reduce_dtype)},
             {"seed", a.engine.seed}}},
           {"optim",
            {{"optimizer", a.optim.optimizer},
@@ -228,7 +229,7 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
       meta.global_step = global_step;
       meta.world_size = world.size();
       meta.fsdp_size = groups_.shard->size();
-      meta.strategy = args_.engine.strategy;
+      meta.strategy = layout_name(layout_);
       if (contents.model) meta.contents.push_back("model");
       if (contents.optimizer) meta.contents.push_back("optimizer");
       if (contents.extra) meta.contents.push_back("extra");
@@ -236,10 +237,10 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
       meta.params = plan.params();
       meta.state = {{"optimizer", {{"step", optimizer_->step_count()}}},
                     {"lr_scheduler", {{"step", lr_scheduler_ ? lr_scheduler_->current_step() : 0}}}};
-      if (sharded_scaler_) {
+      if (ShardedGradScaler* scaler = sharded_grad_scaler()) {
         meta.state["grad_scaler"] = {
-            {"scale", static_cast<double>(sharded_scaler_->scale_state().cpu().item<float>())},
-            {"growth_tracker", sharded_scaler_->growth_tracker_state().cpu().to(torch::kLong).item<int64_t>()}};
+            {"scale", static_cast<double>(scaler->scale_state().cpu().item<float>())},
+            {"growth_tracker", scaler->growth_tracker_state().cpu().to(torch::kLong).item<int64_t>()}};
       }
       meta.config = config_json(args_, groups_.shard->size());
       const char* kContent[kSlots] = {"model", "optimizer", "extra"};
@@ -313,10 +314,11 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
     }
     if (require(contents.extra, "extra")) {
       if (lr_scheduler_) lr_scheduler_->set_current_step(meta.state.at("lr_scheduler").at("step").get<int64_t>());
-      if (sharded_scaler_ && meta.state.contains("grad_scaler")) {
+      ShardedGradScaler* scaler = sharded_grad_scaler();
+      if (scaler && meta.state.contains("grad_scaler")) {
         const auto& s = meta.state.at("grad_scaler");
-        sharded_scaler_->scale_state().fill_(s.at("scale").get<double>());
-        sharded_scaler_->growth_tracker_state().fill_(s.at("growth_tracker").get<int64_t>());
+        scaler->scale_state().fill_(s.at("scale").get<double>());
+        scaler->growth_tracker_state().fill_(s.at("growth_tracker").get<int64_t>());
       }
       // Same world size: each rank its own generator; otherwise rank r takes saved rank r mod the old size (a
       // resharded run continues from valid states but cannot reproduce the unsharded sequence anyway).

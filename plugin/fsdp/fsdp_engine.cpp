@@ -3,6 +3,7 @@
 #include "host_api/error.h"
 #include "host_api/precision.h"
 #include "models/model_factory.h"
+#include "support/torch_compat.h"
 
 namespace enginery {
 namespace fsdp {
@@ -21,7 +22,31 @@ std::string where(const EngineArgs& args, const std::string& field) {
 }  // namespace
 
 FSDPEngine::FSDPEngine(EngineArgs args, ModelBuilder model_builder)
-    : BaseEngine(), args_(std::move(args)), model_builder_(std::move(model_builder)), device_(resolve_device(args_)) {}
+    : BaseEngine(),
+      args_(std::move(args)),
+      model_builder_(std::move(model_builder)),
+      device_(resolve_device(args_)),
+      layout_(layout_for_backend(args_.engine.strategy)) {}
+
+ConfigSupport FSDPEngine::config_support(const std::string& device) {
+  ConfigSupport s;
+  // What autocast can compute in on this build and device (fp16 on CPU needs LibTorch 2.2+); never a fallback.
+  const auto type = device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  s.param_dtypes = {c10::kFloat};
+  for (auto dtype : {c10::kBFloat16, c10::kHalf}) {
+    if (compat::autocast_supported(type, dtype)) s.param_dtypes.push_back(dtype);
+  }
+  // Gloo (CPU) reduces fp32 and fp16; bf16 reductions need NCCL.
+  s.reduce_dtypes = {c10::kFloat, c10::kHalf};
+  if (device == "cuda") s.reduce_dtypes.push_back(c10::kBFloat16);
+  s.buffer_dtypes = {c10::kFloat, c10::kBFloat16, c10::kHalf};
+  s.scaler_modes = {ScalerMode::kAuto, ScalerMode::kAlways, ScalerMode::kNever};
+  s.hsdp = true;
+  s.keep_params_after_forward = true;
+  s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
+  s.checkpoint_content_subsets = true;
+  return s;
+}
 
 FSDPEngine::~FSDPEngine() = default;
 
@@ -30,11 +55,11 @@ void FSDPEngine::initialize() {
   torch::manual_seed(static_cast<uint64_t>(args_.engine.seed));
   model_ = build_model();
   if (!model_) throw EngineryError("build_model() returned no model", where(args_, "model.path"));
-  build_fsdp_module();
+  shard_model();
   check_precision_supported();
   build_optimizer();
   build_lr_scheduler();
-  set_training(training_);
+  set_training(is_training());
 }
 
 std::shared_ptr<models::DecoderModel> FSDPEngine::build_model() {
@@ -46,40 +71,18 @@ std::shared_ptr<models::DecoderModel> FSDPEngine::build_model() {
 }
 
 void FSDPEngine::build_fsdp_module() {
-  const MixedPrecisionConfig mp = args_.engine.mixed_precision.value_or(MixedPrecisionConfig{});
-  param_dtype_ = PrecisionType::to_dtype(mp.param_dtype);
-  reduce_dtype_ = PrecisionType::to_dtype(mp.reduce_dtype);
-  buffer_dtype_ = PrecisionType::to_dtype(mp.buffer_dtype);
-  autocast_dtype_ = param_dtype_;
-
-  const std::string& enabled = args_.engine.grad_scaler.enabled;
-  bool want_scaler = false;
-  if (enabled == "auto") {
-    want_scaler = param_dtype_ == c10::kHalf;
-  } else if (enabled == "always") {
-    want_scaler = true;
-  } else if (enabled != "never") {
-    throw EngineryError("unknown grad_scaler.enabled '" + enabled + "'", where(args_, "engine.grad_scaler.enabled"),
-                        "auto, always, never");
-  }
-  if (want_scaler) {
-    auto scaler = std::make_unique<ShardedGradScaler>(args_.engine.grad_scaler, device_);
-    sharded_scaler_ = scaler.get();
-    scaler_ = std::move(scaler);
-  } else {
-    sharded_scaler_ = nullptr;
-    scaler_.reset();
-  }
+  const MixedPrecisionConfig& mp = args_.engine.mixed_precision;
+  const ScalerMode mode = args_.engine.grad_scaler.enabled;
+  const bool want_scaler = mode == ScalerMode::kAlways || (mode == ScalerMode::kAuto && mp.param_dtype == c10::kHalf);
+  std::unique_ptr<GradScaler> scaler;
+  if (want_scaler) scaler = std::make_unique<ShardedGradScaler>(args_.engine.grad_scaler, device_);
+  set_precision(Precision{mp.param_dtype, mp.reduce_dtype, mp.buffer_dtype}, std::move(scaler), mode);
 
   FsdpOptions options;
-  options.strategy = args_.engine.strategy;
-  if (options.strategy != "fsdp" && options.strategy != "fsdp2") {
-    throw EngineryError("unknown sharding strategy '" + options.strategy + "'", where(args_, "engine.strategy"),
-                        "fsdp, fsdp2");
-  }
-  options.precision.param_dtype = param_dtype_;
-  options.precision.reduce_dtype = reduce_dtype_;
-  options.buffer_dtype = buffer_dtype_;
+  options.layout = layout_;
+  options.precision.param_dtype = mp.param_dtype;
+  options.precision.reduce_dtype = mp.reduce_dtype;
+  options.buffer_dtype = mp.buffer_dtype;
   options.reshard_after_forward = args_.engine.reshard_after_forward;
   groups_ = DpGroups::create(args_, args_.engine.fsdp_size);
   model_->to(device_);
@@ -87,10 +90,10 @@ void FSDPEngine::build_fsdp_module() {
 }
 
 void FSDPEngine::check_precision_supported() const {
-  if (compat::autocast_supported(device_.type(), autocast_dtype_)) return;
+  if (compat::autocast_supported(device_.type(), autocast_dtype())) return;
   throw EngineryError("this LibTorch build (" + std::to_string(TORCH_VERSION_MAJOR) + "." +
                           std::to_string(TORCH_VERSION_MINOR) + ") cannot compute in " +
-                          PrecisionType::to_str(autocast_dtype_) + " on " + args_.device +
+                          PrecisionType::to_str(autocast_dtype()) + " on " + args_.device +
                           " (autocast has no such dtype there); enginery never falls back silently",
                       where(args_, "engine.mixed_precision.param_dtype"),
                       args_.device == "cpu" ? "bf16, fp32 on this build's CPU" : "bf16, fp16, fp32");
@@ -107,6 +110,10 @@ void FSDPEngine::build_optimizer() {
                         "build_fsdp_module must override build_optimizer",
                         where(args_, "optim"));
   }
+  build_shard_optimizer();
+}
+
+void FSDPEngine::build_shard_optimizer() {
   if (args_.optim.optimizer != "AdamW") {
     throw EngineryError("unknown optimizer '" + args_.optim.optimizer + "'", where(args_, "optim.optimizer"), "AdamW");
   }
@@ -142,13 +149,6 @@ void FSDPEngine::get_per_tensor_param(
       visit(it != hf_names.end() ? it->second : u.param_names()[i], full[i]);
     }
   }
-}
-
-void FSDPEngine::to(const std::string& device, bool model, bool optimizer, bool grad) {
-  (void)model, (void)optimizer, (void)grad;
-  if (device == args_.device) return;
-  throw EngineryError("moving the sharded state to '" + device + "' (offload) is not implemented yet",
-                      where(args_, "to()"), args_.device);
 }
 
 }  // namespace fsdp

@@ -1,13 +1,15 @@
 #pragma once
-// FSDPEngine: trains a models::DecoderModel sharded across the data-parallel ranks (ZeRO-3, DESIGN §4-5).
+// FSDPEngine: trains a models::DecoderModel sharded across the data-parallel ranks (ZeRO-3; docs/ARCHITECTURE.md,
+// "One step" and "Precision").
 //
 // initialize() runs four steps a subclass can reshape (the VeOmni engine takes its own build path):
 //   build_model()          virtual: the ModelBuilder given at construction, else models::build_model
-//   build_fsdp_module()    not virtual: resolves mixed_precision, sets autocast dtype and the scaler, shards
+//   shard_model()          virtual: build_fsdp_module(), which sets the precision and the scaler
+//                          (BaseEngine::set_precision) and shards
 //   build_optimizer()      virtual: AdamW over the fp32 master shards
 //   build_lr_scheduler()   virtual
-// BaseEngine's constructor already set autocast bf16 and no scaler, so a subclass that skips build_fsdp_module
-// is valid and runs forward_step on its unsharded model.
+// BaseEngine's constructor already set autocast bf16 and no scaler, so a subclass whose shard_model() skips
+// build_fsdp_module is valid and runs forward_step on its unsharded model.
 #include <torch/torch.h>
 
 #include <functional>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "host_api/base_engine.h"
+#include "host_api/config_support.h"
 #include "models/decoder_model.h"
 #include "plugin/fsdp/adamw.h"
 #include "plugin/fsdp/fsdp_export.h"
@@ -31,14 +34,14 @@ using ModelBuilder = std::function<std::shared_ptr<models::DecoderModel>(const E
 class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
  public:
   // `model_builder` empty: the models library builds args.model (what the plugin's registered factory does).
+  // The shard layout follows the backend name (layout_for_backend).
   explicit FSDPEngine(EngineArgs args, ModelBuilder model_builder = {});
   ~FSDPEngine() override;
 
-  void initialize() override;
+  // What the fsdp and fsdp2 backends honour on `device` (the registry refuses anything else).
+  static ConfigSupport config_support(const std::string& device);
 
-  BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only) override;
-  std::pair<torch::Tensor, ModelOutput> forward_step(const Batch& micro_batch, const LossFn& loss_fn,
-                                                     const LossContext& ctx, bool forward_only) override;
+  void initialize() override;
 
   void optimizer_zero_grad() override;
   torch::Tensor optimizer_step() override;
@@ -57,31 +60,37 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   static constexpr int64_t kHfShardBytes = 5LL << 30;  // transformers' save_pretrained default, "5GB"
   void export_hf(const std::string& dir, int64_t max_shard_bytes = kHfShardBytes);
 
-  void to(const std::string& device, bool model = true, bool optimizer = true, bool grad = true) override;
-
   int64_t get_data_parallel_rank() const override { return args_.rank; }
   int64_t get_data_parallel_size() const override { return args_.world_size; }
-  c10::intrusive_ptr<compat::CommGroup> get_data_parallel_group() const override { return args_.world_group; }
+  CommGroupPtr get_data_parallel_group() const override { return args_.world_group; }
+  torch::Device device() const override { return device_; }
+  const EngineArgs& args() const override { return args_; }
 
   // Introspection (tests, subclasses).
-  const EngineArgs& args() const { return args_; }
-  const torch::Device& device() const { return device_; }
   std::shared_ptr<models::DecoderModel> model() const { return model_; }
   FsdpModule* fsdp_module() const { return fsdp_.get(); }
   AdamW* optimizer() const { return optimizer_.get(); }
   LrScheduler* lr_scheduler() const { return lr_scheduler_.get(); }
-  ShardedGradScaler* sharded_grad_scaler() const { return sharded_scaler_; }
-  c10::ScalarType param_dtype() const { return param_dtype_; }
-  c10::ScalarType reduce_dtype() const { return reduce_dtype_; }
+  // The base's one scaler, as the type this engine installs (null without a scaler).
+  ShardedGradScaler* sharded_grad_scaler() const { return static_cast<ShardedGradScaler*>(grad_scaler()); }
+  c10::ScalarType param_dtype() const { return precision().param_dtype; }
+  c10::ScalarType reduce_dtype() const { return precision().reduce_dtype; }
 
  protected:
+  MicroBatchResult forward_step(const Batch& micro_batch, const LossFn& loss_fn, const LossContext& ctx,
+                                bool forward_only) override;
+
   virtual std::shared_ptr<models::DecoderModel> build_model();
+  virtual void shard_model() { build_fsdp_module(); }
   void build_fsdp_module();
   virtual void build_optimizer();
+  // AdamW over the master shards of fsdp_module(): what build_optimizer() does, for subclasses that shard their own
+  // way (VeOmni) and then build the same optimizer.
+  void build_shard_optimizer();
   virtual void build_lr_scheduler();
 
-  // Throws EngineryError where autocast cannot compute in autocast_dtype() on this device (DESIGN §4: never a
-  // silent fallback).
+  // Throws EngineryError where autocast cannot compute in autocast_dtype() on this device (never a silent
+  // fallback).
   void check_precision_supported() const;
   void set_training(bool training) override;
   // The data-parallel world group (built on first use when build_fsdp_module was skipped).
@@ -95,12 +104,7 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   std::unique_ptr<FsdpModule> fsdp_;  // null when a subclass skips build_fsdp_module
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LrScheduler> lr_scheduler_;
-  ShardedGradScaler* sharded_scaler_ = nullptr;  // scaler_ as its concrete type
-  c10::ScalarType param_dtype_ = c10::kBFloat16;
-  c10::ScalarType reduce_dtype_ = c10::kFloat;
-  c10::ScalarType buffer_dtype_ = c10::kFloat;
-  bool sync_grads_ = true;  // false on all but the last micro-batch
-  std::map<std::string, torch::Tensor> last_metrics_;  // of the last forward_step's loss
+  ShardingLayout layout_;
 
  private:
   // Checkpoint helpers (fsdp_checkpoint.cpp).

@@ -1,4 +1,4 @@
-// FSDPEngine: the optimizer step (DESIGN §4): unscale -> global grad-norm clip -> step or skip -> scaler update.
+// FSDPEngine: the optimizer step (docs/ARCHITECTURE.md, "Precision"): unscale -> global grad-norm clip -> step or skip -> scaler update.
 #include <iostream>
 
 #include "host_api/error.h"
@@ -39,10 +39,11 @@ torch::Tensor FSDPEngine::optimizer_step() {
   // Shard grads may be bf16 where that held them exactly (FsdpUnit::reduce_grads). The device path hands them to
   // the optimizer untouched (it promotes if its kernel needs fp32); the host path unscales and clips them in place,
   // so it gets fp32 first.
-  const bool device_path = optimizer_->fused() && !sharded_scaler_;
+  ShardedGradScaler* scaler = sharded_grad_scaler();
+  const bool device_path = optimizer_->fused() && !scaler;
   if (!device_path) optimizer_->promote_grads_to_param_dtype();
   auto& grads = optimizer_->grads();
-  if (sharded_scaler_) sharded_scaler_->unscale_(grads, *groups_.world);
+  if (scaler) scaler->unscale_(grads, *groups_.world);
 
   // Global norm: local sum of squares over this rank's shards (padding is always zero) -> SUM over the shard
   // group (HSDP replicas hold the same shards) -> sqrt. Stays a device tensor, accumulated in fp32 whatever the
@@ -70,8 +71,8 @@ torch::Tensor FSDPEngine::optimizer_step() {
   }
 
   bool skip;
-  if (sharded_scaler_) {
-    skip = sharded_scaler_->should_skip();
+  if (scaler) {
+    skip = scaler->should_skip();
   } else {
     skip = !std::isfinite(norm.item<double>());
     if (skip && args_.rank == 0) {
@@ -80,7 +81,7 @@ torch::Tensor FSDPEngine::optimizer_step() {
     }
   }
   if (!skip) optimizer_->step(lr_scheduler_->lr());
-  if (sharded_scaler_) sharded_scaler_->update();
+  if (scaler) scaler->update();
   return norm;
 }
 

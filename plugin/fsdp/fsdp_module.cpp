@@ -68,7 +68,7 @@ FsdpModule::FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups gro
       names.push_back(unit.name + "." + item.key());
       params.push_back(item.value());
     }
-    units_.emplace_back(unit.name, std::move(names), std::move(params), options_.strategy, options_.precision,
+    units_.emplace_back(unit.name, std::move(names), std::move(params), options_.layout, options_.precision,
                         groups_.shard.get(), groups_.replicate.get(), device);
   }
   for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
@@ -102,9 +102,9 @@ FsdpModule::FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups gro
       params.push_back(item.value());
       shapes.push_back(item.value().sizes().vec());
     }
-    auto layout = ShardLayout::create(options_.strategy, std::move(shapes), groups_.shard->size());
+    auto layout = ShardLayout::create(options_.layout, std::move(shapes), groups_.shard->size());
     torch::Tensor shard = source(i, params, *layout);
-    units_.emplace_back(unit.name, std::move(names), std::move(params), std::move(shard), options_.strategy,
+    units_.emplace_back(unit.name, std::move(names), std::move(params), std::move(shard), options_.layout,
                         options_.precision, groups_.shard.get(), groups_.replicate.get(), device);
   }
   for (const auto& item : model_->named_parameters(/*recurse=*/true)) {

@@ -20,7 +20,7 @@ namespace enginery {
 namespace fsdp {
 
 struct FsdpOptions {
-  std::string strategy = "fsdp2";  // "fsdp" | "fsdp2"
+  ShardingLayout layout = ShardingLayout::kPerParameter;
   UnitPrecision precision;
   c10::ScalarType buffer_dtype = c10::kFloat;
   bool reshard_after_forward = true;

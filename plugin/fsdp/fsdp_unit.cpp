@@ -23,17 +23,17 @@ void resize_storage(const torch::Tensor& t, size_t nbytes) {
 size_t full_nbytes(const torch::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // Both constructors lay out the unit's parameters the same way, whether or not their values are present.
-std::unique_ptr<ShardLayout> layout_of(const std::vector<torch::Tensor>& params, const std::string& strategy,
+std::unique_ptr<ShardLayout> layout_of(const std::vector<torch::Tensor>& params, ShardingLayout layout,
                                        int64_t world) {
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& p : params) shapes.push_back(p.sizes().vec());
-  return ShardLayout::create(strategy, std::move(shapes), world);
+  return ShardLayout::create(layout, std::move(shapes), world);
 }
 
 }  // namespace
 
 FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
-                   const std::string& strategy, UnitPrecision precision, const Collectives* shard_group,
+                   ShardingLayout layout, UnitPrecision precision, const Collectives* shard_group,
                    const Collectives* replicate_group, const torch::Device& device)
     : name_(std::move(name)),
       param_names_(std::move(param_names)),
@@ -44,7 +44,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::
       device_(device) {
   std::vector<torch::Tensor> full_fp32;
   for (const auto& p : params_) full_fp32.push_back(p.detach().to(device_, torch::kFloat));
-  layout_ = layout_of(params_, strategy, shard_group_->size());
+  layout_ = layout_of(params_, layout, shard_group_->size());
   const int64_t s = layout_->shard_numel();
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
   auto packed = torch::empty({shard_group_->size() * s}, fp32);
@@ -67,7 +67,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::
 }
 
 FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
-                   torch::Tensor shard, const std::string& strategy, UnitPrecision precision,
+                   torch::Tensor shard, ShardingLayout layout, UnitPrecision precision,
                    const Collectives* shard_group, const Collectives* replicate_group, const torch::Device& device)
     : name_(std::move(name)),
       param_names_(std::move(param_names)),
@@ -76,7 +76,7 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::
       shard_group_(shard_group),
       replicate_group_(replicate_group),
       device_(device) {
-  layout_ = layout_of(params_, strategy, shard_group_->size());
+  layout_ = layout_of(params_, layout, shard_group_->size());
   const int64_t s = layout_->shard_numel();
   if (shard.numel() != s) {
     throw EngineryError("unit '" + name_ + "' got a shard of " + std::to_string(shard.numel()) +

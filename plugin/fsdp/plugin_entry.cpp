@@ -1,5 +1,4 @@
 // The plugin's single entry point: FSDPEngine for backends fsdp and fsdp2, both model types, cpu and cuda.
-#include "host_api/error.h"
 #include "host_api/plugin_api.h"
 #include "plugin/fsdp/fsdp_engine.h"
 
@@ -7,26 +6,19 @@ namespace enginery {
 namespace fsdp {
 namespace {
 
-// fsdp and fsdp2 take all their settings from the [engine] table; a [engine.<backend>] table is a mistake the user
-// must hear about (DESIGN: a bad config stops before any work).
-void reject_backend_options(const EngineArgs& args, const std::string& backend) {
-  if (args.engine.backend_options.empty()) return;
-  throw EngineryError("unknown option '" + args.engine.backend_options.begin()->first + "' for backend " + backend,
-                      "engine." + backend + "." + args.engine.backend_options.begin()->first,
-                      "none: set fsdp options in [engine] (mixed_precision, reshard_after_forward, fsdp_size, ...)");
-}
-
 void register_fsdp_engines(Registrar& registrar) {
   for (const char* backend : {"fsdp", "fsdp2"}) {
     for (const char* model_type : {"language_model", "value_model"}) {
       for (const char* device : {"cpu", "cuda"}) {
-        const std::string strategy = backend;
-        registrar.register_engine(EngineKey{model_type, backend, device}, [strategy](const EngineArgs& args) {
-          reject_backend_options(args, strategy);
-          EngineArgs a = args;
-          a.engine.strategy = strategy;  // the registry key decides the sharding strategy
-          return std::shared_ptr<BaseEngine>(std::make_shared<FSDPEngine>(std::move(a)));
-        });
+        const std::string name = backend;
+        registrar.register_engine(
+            EngineKey{model_type, backend, device},
+            [name](const EngineArgs& args) {
+              EngineArgs a = args;
+              a.engine.strategy = name;  // the registry key decides the backend, hence the shard layout
+              return std::shared_ptr<BaseEngine>(std::make_shared<FSDPEngine>(std::move(a)));
+            },
+            FSDPEngine::config_support(device));
       }
     }
   }

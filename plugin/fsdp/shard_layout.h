@@ -1,5 +1,5 @@
 #pragma once
-// How one unit's parameters map onto equal per-rank shards (DESIGN §5). Both strategies describe the unit as a
+// How one unit's parameters map onto equal per-rank shards (docs/ARCHITECTURE.md, "One step"). Both strategies describe the unit as a
 // "packed" buffer of world * S elements of which rank r owns [r*S, (r+1)*S):
 //   fsdp  (FlatParamLayout): the parameters flattened and concatenated, padded at the end (FSDP1's FlatParameter);
 //                            the full parameters are views of the gathered buffer.
@@ -18,6 +18,15 @@
 
 namespace enginery {
 namespace fsdp {
+
+// How a unit's parameters are cut into shards. A property of the sharding, not the registry backend name that
+// selects it (layout_for_backend maps one onto the other).
+enum class ShardingLayout { kFlatParameter, kPerParameter };
+// "fsdp" | "fsdp2": the names checkpoint metadata records (plugin/fsdp/CHECKPOINT.md).
+const char* layout_name(ShardingLayout layout);
+ShardingLayout layout_from_name(const std::string& name, const std::string& where);
+// fsdp -> flat parameter; fsdp2 and veomni -> per parameter. Throws EngineryError for another backend.
+ShardingLayout layout_for_backend(const std::string& backend);
 
 // Elements [begin, end) of parameter `param` (flattened, unpadded) sit at shard[shard_offset, + (end - begin)) on a
 // rank. Checkpoints store these ranges, so any layout at any world size can read what another wrote.
@@ -47,7 +56,7 @@ class ENGINERY_FSDP_API ShardLayout {
   // What rank `rank` holds, as element ranges of the full parameters (padding excluded), in shard order.
   virtual std::vector<ShardRange> owned_ranges(int64_t rank) const = 0;
 
-  static std::unique_ptr<ShardLayout> create(const std::string& strategy, std::vector<std::vector<int64_t>> shapes,
+  static std::unique_ptr<ShardLayout> create(ShardingLayout layout, std::vector<std::vector<int64_t>> shapes,
                                              int64_t world);
 
  protected:

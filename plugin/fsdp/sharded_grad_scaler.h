@@ -20,7 +20,6 @@ class ENGINERY_FSDP_API ShardedGradScaler : public GradScaler {
 
   torch::Tensor scale(const torch::Tensor& loss) override;
   double current_scale() const override;
-  torch::Tensor scale_tensor() const override { return scale_; }
   int64_t growth_tracker() const override;
   bool last_step_skipped() const override { return last_step_skipped_; }
   double growth_factor() const override { return growth_factor_; }

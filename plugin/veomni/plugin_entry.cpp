@@ -9,11 +9,14 @@ namespace {
 void register_veomni_engines(Registrar& registrar) {
   for (const char* model_type : {"language_model", "value_model"}) {
     for (const char* device : {"cpu", "cuda"}) {
-      registrar.register_engine(EngineKey{model_type, "veomni", device}, [](const EngineArgs& args) {
-        EngineArgs a = args;
-        a.engine.strategy = "veomni";
-        return std::shared_ptr<BaseEngine>(std::make_shared<VeOmniEngine>(std::move(a)));
-      });
+      registrar.register_engine(
+          EngineKey{model_type, "veomni", device},
+          [](const EngineArgs& args) {
+            EngineArgs a = args;
+            a.engine.strategy = "veomni";
+            return std::shared_ptr<BaseEngine>(std::make_shared<VeOmniEngine>(std::move(a)));
+          },
+          VeOmniEngine::config_support(device));
     }
   }
 }

@@ -1,5 +1,7 @@
 #include "plugin/veomni/veomni_engine.h"
 
+#include <algorithm>
+
 #include "host_api/error.h"
 #include "host_api/precision.h"
 #include "models/causal_lm.h"
@@ -8,8 +10,6 @@
 namespace enginery {
 namespace veomni {
 namespace {
-
-const std::string kBuiltin = "builtin:";
 
 // A tensor of `shape` whose storage has no bytes: what a parameter of a rank that holds no weights looks like.
 torch::Tensor storage_less(at::IntArrayRef shape, const torch::TensorOptions& options) {
@@ -54,43 +54,27 @@ std::string VeOmniEngine::where(const std::string& field) const {
   return "veomni engine, rank " + std::to_string(args_.rank) + ", " + field;
 }
 
+ConfigSupport VeOmniEngine::config_support(const std::string& device) {
+  ConfigSupport s = FSDPEngine::config_support(device);
+  // VeOmni computes in bf16 or fp32, has no grad scaler, shards over every rank and reshards as
+  // engine.veomni.enable_full_shard says.
+  s.param_dtypes.erase(std::remove(s.param_dtypes.begin(), s.param_dtypes.end(), c10::kHalf), s.param_dtypes.end());
+  s.scaler_modes = {ScalerMode::kAuto, ScalerMode::kNever};
+  s.hsdp = false;
+  s.keep_params_after_forward = false;
+  s.backend_options = {"enable_full_shard", "mixed_precision"};
+  return s;
+}
+
 void VeOmniEngine::validate_precision() const {
-  // Every dtype knob is honoured or rejected, never ignored.
-  const MixedPrecisionConfig mp = args_.engine.mixed_precision.value_or(MixedPrecisionConfig{});
-  const auto param = PrecisionType::to_dtype(mp.param_dtype);
-  PrecisionType::to_dtype(mp.reduce_dtype);
-  PrecisionType::to_dtype(mp.buffer_dtype);
-  if (param == c10::kHalf) {
-    throw EngineryError("veomni computes in bf16 or fp32 and has no grad scaler; fp16 needs the fsdp2 backend",
-                        where("engine.mixed_precision.param_dtype"), "bf16, fp32");
-  }
+  // What ConfigSupport cannot say alone: the combination of two keys.
+  const c10::ScalarType param = args_.engine.mixed_precision.param_dtype;
   if (!settings_.mixed_precision && param != c10::kBFloat16) {
     throw EngineryError("engine.veomni.mixed_precision = false means bf16 weights and bf16 compute, which "
-                            "contradicts param_dtype " + mp.param_dtype +
+                            "contradicts param_dtype " + PrecisionType::to_str(param) +
                             "; use engine.veomni.mixed_precision = true for fp32 master weights",
                         where("engine.mixed_precision.param_dtype"), "bf16 (with engine.veomni.mixed_precision = false)");
   }
-  const std::string& enabled = args_.engine.grad_scaler.enabled;
-  if (enabled != "auto" && enabled != "never") {
-    throw EngineryError("veomni has no grad scaler (it never computes in fp16); got '" + enabled + "'",
-                        where("engine.grad_scaler.enabled"), "auto, never");
-  }
-  if (args_.engine.fsdp_size > 0 && args_.engine.fsdp_size != args_.world_size) {
-    throw EngineryError("veomni shards over all data-parallel ranks (no HSDP); got fsdp_size " +
-                            std::to_string(args_.engine.fsdp_size),
-                        where("engine.fsdp_size"), "-1 or the world size (use the fsdp2 backend for HSDP)");
-  }
-}
-
-void VeOmniEngine::initialize() {
-  torch::manual_seed(static_cast<uint64_t>(args_.engine.seed));
-  model_ = build_model();
-  if (!model_) throw EngineryError("build_model() returned no model", where("model.path"));
-  parallelize();
-  check_precision_supported();
-  build_optimizer();
-  build_lr_scheduler();
-  set_training(training_);
 }
 
 std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
@@ -98,7 +82,7 @@ std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
     built_full_weights_ = true;
     return FSDPEngine::build_model();
   }
-  // Structure only: no weights are read, received or allocated here; the scatter in parallelize() fills the
+  // Structure only: no weights are read, received or allocated here; the scatter in shard_model() fills the
   // local shards.
   const models::HeadKind head = args_.model_type == "value_model" ? models::HeadKind::kValue
                                                                    : models::HeadKind::kLanguageModel;
@@ -106,9 +90,9 @@ std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
     throw EngineryError("unknown model type '" + args_.model_type + "'", where("model_type"),
                         "language_model, value_model");
   }
-  const std::string& path = args_.model.path;
-  const models::ModelArgs margs = path.rfind(kBuiltin, 0) == 0 ? models::builtin_args(path.substr(kBuiltin.size()))
-                                                                : models::read_hf_config(path);
+  const ModelSource source = args_.model.source();
+  const models::ModelArgs margs =
+      source.is_builtin() ? models::builtin_args(source.name) : models::read_hf_config(source.name);
   auto model = structure_only(margs, head);
   model->set_gradient_checkpointing(args_.model.enable_gradient_checkpointing);
   return model;
@@ -142,20 +126,18 @@ torch::Tensor VeOmniEngine::scatter_shard(const std::vector<torch::Tensor>& para
   return shard;
 }
 
-void VeOmniEngine::parallelize() {
-  const MixedPrecisionConfig mp = args_.engine.mixed_precision.value_or(MixedPrecisionConfig{});
-  param_dtype_ = settings_.mixed_precision ? PrecisionType::to_dtype(mp.param_dtype) : c10::kBFloat16;
-  reduce_dtype_ = PrecisionType::to_dtype(mp.reduce_dtype);
-  buffer_dtype_ = PrecisionType::to_dtype(mp.buffer_dtype);
-  // bf16 weights leave the constructor's autocast dtype (bf16) as it is; fp32 masters compute in param_dtype.
-  if (settings_.mixed_precision) autocast_dtype_ = param_dtype_;
-  // No scaler in either mode: the constructor's null scaler_ stands.
+void VeOmniEngine::shard_model() {
+  const MixedPrecisionConfig& mp = args_.engine.mixed_precision;
+  // bf16 weights compute in bf16 (the constructor's default); fp32 masters compute in param_dtype. No scaler in
+  // either mode.
+  const c10::ScalarType param = settings_.mixed_precision ? mp.param_dtype : c10::kBFloat16;
+  set_precision(Precision{param, mp.reduce_dtype, mp.buffer_dtype}, nullptr, args_.engine.grad_scaler.enabled);
 
   fsdp::FsdpOptions options;
-  options.strategy = "fsdp2";  // VeOmni shards with FSDP2's per-parameter layout
-  options.precision.param_dtype = param_dtype_;
-  options.precision.reduce_dtype = reduce_dtype_;
-  options.buffer_dtype = buffer_dtype_;
+  options.layout = fsdp::ShardingLayout::kPerParameter;  // VeOmni shards with FSDP2's per-parameter layout
+  options.precision.param_dtype = param;
+  options.precision.reduce_dtype = mp.reduce_dtype;
+  options.buffer_dtype = mp.buffer_dtype;
   options.reshard_after_forward = settings_.enable_full_shard;
   groups_ = fsdp::DpGroups::create(args_, /*fsdp_size=*/-1);
   torch::NoGradGuard no_grad;
@@ -164,18 +146,6 @@ void VeOmniEngine::parallelize() {
       [this](size_t, const std::vector<torch::Tensor>& params, const fsdp::ShardLayout& layout) {
         return scatter_shard(params, layout);
       });
-}
-
-void VeOmniEngine::build_optimizer() {
-  if (args_.optim.optimizer != "AdamW") {
-    throw EngineryError("unknown optimizer '" + args_.optim.optimizer + "'", where("optim.optimizer"), "AdamW");
-  }
-  std::vector<torch::Tensor> params, grads;
-  for (auto& u : fsdp_->units()) {
-    params.push_back(u.shard());
-    grads.push_back(u.shard_grad());
-  }
-  optimizer_ = std::make_unique<fsdp::AdamW>(std::move(params), std::move(grads), args_.optim);
 }
 
 torch::Tensor VeOmniEngine::optimizer_step() {

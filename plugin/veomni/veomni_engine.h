@@ -4,9 +4,9 @@
 //   build_model()    rank 0 builds (or loads) the full model; every other rank builds only the module structure:
 //                    parameters with their shapes and no storage, never allocating, loading or receiving full
 //                    weights;
-//   parallelize()    scatters each unit's fp32 master shards from rank 0 (FSDP2 per-parameter layout), with the
+//   shard_model()    scatters each unit's fp32 master shards from rank 0 (FSDP2 per-parameter layout), with the
 //                    settings of veomni_settings.h; it never calls the base's build_fsdp_module;
-//   build_optimizer() AdamW over the master shards.
+// then the base's AdamW over the master shards.
 // Until initialize() the base constructor's defaults stand: autocast bf16, no grad scaler. VeOmni has no scaler
 // at all (it never computes in fp16).
 #include "plugin/fsdp/fsdp_engine.h"
@@ -21,7 +21,9 @@ class ENGINERY_VEOMNI_API VeOmniEngine : public fsdp::FSDPEngine {
   // Validates every setting (EngineryError naming the field) before anything is built.
   explicit VeOmniEngine(EngineArgs args);
 
-  void initialize() override;
+  // What the veomni backend honours on `device` (the registry refuses anything else).
+  static ConfigSupport config_support(const std::string& device);
+
   torch::Tensor optimizer_step() override;
 
   const VeOmniSettings& settings() const { return settings_; }
@@ -30,8 +32,7 @@ class ENGINERY_VEOMNI_API VeOmniEngine : public fsdp::FSDPEngine {
 
  protected:
   std::shared_ptr<models::DecoderModel> build_model() override;
-  void parallelize();
-  void build_optimizer() override;
+  void shard_model() override;
 
  private:
   std::string where(const std::string& field) const;

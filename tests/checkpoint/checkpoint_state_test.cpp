@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "host_api/durable_fs.h"
-#include "host_api/torch_compat.h"
+#include "support/durable_fs.h"
+#include "support/torch_compat.h"
 #include "trainer/checkpoint_state.h"
 
 namespace enginery {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 #include "tests/conformance/data.h"
 #include "tests/conformance/engine_setup.h"
 #include "tests/conformance/rank_worker.h"

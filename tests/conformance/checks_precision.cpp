@@ -1,7 +1,8 @@
-// Precision checks (DESIGN §4): the constructor's defaults, what initialize() sets per param_dtype, that the
+// Precision checks (docs/ARCHITECTURE.md, "Precision"): the constructor's defaults, what initialize() sets per param_dtype, that the
 // forward really computes in that dtype, and that bad config values are refused with the field named.
 #include <gtest/gtest.h>
 
+#include "host_api/config_support.h"
 #include "host_api/error.h"
 #include "host_api/precision.h"
 #include "tests/conformance/data.h"
@@ -21,10 +22,10 @@ std::vector<std::string> spellings(const std::string& dtype) {
 
 void check_constructed_defaults(const Target& target) {
   EngineArgs args = engine_args(target, EngineSpec{});
-  args.engine.mixed_precision.reset();  // the host's default: bf16 / fp32 / fp32
+  args.engine.mixed_precision = MixedPrecisionConfig{};  // the host's default: bf16 / fp32 / fp32
   auto engine = create_engine(target, args);
   ASSERT_TRUE(engine != nullptr);
-  EXPECT_EQ(engine->autocast_dtype(), c10::kBFloat16) << "a constructed engine must report bf16 (DESIGN §4)";
+  EXPECT_EQ(engine->autocast_dtype(), c10::kBFloat16) << "a constructed engine must report bf16";
   EXPECT_EQ(engine->grad_scaler(), nullptr) << "a constructed engine must have no grad scaler";
 }
 
@@ -103,46 +104,35 @@ void check_forward_dtype(const Target& target, const std::string& dtype) {
   }
 }
 
-struct BadValue {
-  std::string field;                  // what the message must name ...
-  std::string alternative;            // ... or this (a message that names the bad value itself)
-  std::function<void(EngineArgs&)> set;
-};
+// The support the plugin registered for this engine (host_api/config_support.h).
+ConfigSupport declared_support(const Target& target) {
+  for (const auto& info : target.registry->list()) {
+    if (info.key == target.key) return info.support;
+  }
+  throw EngineryError("no registration for " + target.key.str(), "conformance");
+}
 
-void check_bad_config(const Target& target) {
-  const std::string option_field = "engine." + target.key.backend + ".no_such_option";
-  auto precision = [](std::string MixedPrecisionConfig::*field, std::string value) {
-    return [field, value](EngineArgs& args) {
-      MixedPrecisionConfig mp = args.engine.mixed_precision.value_or(MixedPrecisionConfig{});
-      mp.*field = value;
-      args.engine.mixed_precision = mp;
-    };
-  };
-  const std::vector<BadValue> cases = {
-      {"param_dtype", "unexpected precision: fp8", precision(&MixedPrecisionConfig::param_dtype, "fp8")},
-      {"param_dtype", "unexpected precision: BF16", precision(&MixedPrecisionConfig::param_dtype, "BF16")},
-      {"reduce_dtype", "unexpected precision: fp8", precision(&MixedPrecisionConfig::reduce_dtype, "fp8")},
-      {"buffer_dtype", "unexpected precision: fp8", precision(&MixedPrecisionConfig::buffer_dtype, "fp8")},
-      {"grad_scaler.enabled", "sometimes",
-       [](EngineArgs& args) { args.engine.grad_scaler.enabled = "sometimes"; }},
-      {option_field, option_field, [](EngineArgs& args) { args.engine.backend_options["no_such_option"] = "1"; }},
-  };
-  for (const BadValue& bad : cases) {
-    SCOPED_TRACE("bad " + bad.field);
-    EngineSpec spec;
-    spec.adjust = bad.set;
+// Every knob the engine does not declare is refused by registry.create(), naming the key, before the factory
+// runs; every knob it does declare is accepted there. Never accepted and ignored.
+void check_undeclared_config_refused(const Target& target) {
+  const ConfigSupport support = declared_support(target);
+  int refused = 0;
+  for (const ConfigKnob& knob : config_knobs()) {
+    SCOPED_TRACE(knob.key);
+    EngineArgs args = engine_args(target, EngineSpec{});
+    if (!knob.set_unsupported(support, args)) continue;  // the engine implements every value of this knob
+    ++refused;
+    const std::string key = knob.key == "engine.<backend>" ? "engine." + target.key.backend + ".no_such_option"
+                                                           : knob.key;
     try {
-      auto engine = create_engine(target, spec);
-      engine->initialize();
-      ADD_FAILURE() << "create() + initialize() accepted a bad " << bad.field;
+      create_engine(target, args);
+      ADD_FAILURE() << "registry.create() accepted " << key << " beyond what the engine declares";
     } catch (const EngineryError& e) {
-      const std::string message = e.what();
-      EXPECT_TRUE(message.find(bad.field) != std::string::npos || message.find(bad.alternative) != std::string::npos)
-          << "the message names neither '" << bad.field << "' nor '" << bad.alternative << "': " << message;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "a bad " << bad.field << " threw something other than EngineryError: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("(allowed: "), std::string::npos) << e.what();
     }
   }
+  testing::Test::RecordProperty("knobs_refused", std::to_string(refused));
 }
 
 }  // namespace
@@ -162,8 +152,9 @@ void add_precision_checks(std::vector<Check>& checks) {
                       requires_precisions({"fp32", dtype}),
                       [dtype](const Target& target) { check_forward_dtype(target, dtype); }});
   }
-  checks.push_back({"bad_config_rejected", "bad precision, scaler or backend option values throw naming the field",
-                    requires_precisions({"fp32"}), check_bad_config});
+  checks.push_back({"undeclared_config_refused",
+                     "each configuration knob the engine does not declare is refused by name at registry.create()",
+                     requires_precisions({"fp32"}), check_undeclared_config_refused});
 }
 
 }  // namespace conformance

@@ -56,7 +56,7 @@ void check_checkpoint(const Target& target) {
   spec.lr_warmup_steps = 2;
   spec.total_training_steps = 10;
   const bool scaled = target.has("grad-scaler");
-  if (scaled) spec.grad_scaler = "always";  // a scaler in fp32, so its state can be checked on any device
+  if (scaled) spec.grad_scaler = ScalerMode::kAlways;  // a scaler in fp32, so its state can be checked on any device
   auto engine = make_engine(target, spec);
   if (scaled) ASSERT_NE(engine->grad_scaler(), nullptr) << "grad_scaler.enabled = \"always\" gave no scaler";
   const Batch batch = make_batch(target);

@@ -8,7 +8,8 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include "host_api/error.h"
-#include "host_api/torch_compat.h"
+#include "host_api/precision.h"
+#include "support/torch_compat.h"
 
 namespace enginery {
 namespace conformance {
@@ -65,9 +66,7 @@ EngineArgs engine_args(const Target& target, const EngineSpec& spec) {
   args.model.path = target.model_path;
   args.engine.strategy = target.key.backend;
   args.engine.micro_batch_size_per_gpu = spec.micro_batch_size;
-  MixedPrecisionConfig precision;
-  precision.param_dtype = spec.param_dtype;
-  args.engine.mixed_precision = precision;
+  args.engine.mixed_precision.param_dtype = PrecisionType::to_dtype(spec.param_dtype);
   args.engine.grad_scaler.enabled = spec.grad_scaler;
   args.optim.lr = spec.lr;
   args.optim.clip_grad = spec.clip_grad;

@@ -13,11 +13,11 @@ namespace enginery {
 namespace conformance {
 
 struct EngineSpec {
-  std::string param_dtype = "fp32";
+  std::string param_dtype = "fp32";            // any PrecisionType spelling; typed in engine_args()
   double lr = 1e-3;
   double clip_grad = 1.0;
   int64_t micro_batch_size = 2;
-  std::string grad_scaler = "auto";            // GradScalerConfig::enabled
+  ScalerMode grad_scaler = ScalerMode::kAuto;  // GradScalerConfig::enabled
   std::string lr_scheduler = "constant";
   int64_t lr_warmup_steps = -1;
   int64_t total_training_steps = 20;

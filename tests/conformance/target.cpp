@@ -24,6 +24,7 @@ const std::vector<Check>& all_checks() {
   static const std::vector<Check> checks = [] {
     std::vector<Check> list;
     add_precision_checks(list);
+    add_loop_checks(list);
     add_training_checks(list);
     add_state_checks(list);
     add_multirank_checks(list);

@@ -51,6 +51,7 @@ void add_precision_checks(std::vector<Check>& checks);
 void add_training_checks(std::vector<Check>& checks);
 void add_state_checks(std::vector<Check>& checks);
 void add_multirank_checks(std::vector<Check>& checks);
+void add_loop_checks(std::vector<Check>& checks);
 const std::vector<Check>& all_checks();
 
 }  // namespace conformance

@@ -66,7 +66,7 @@ inline void expect_near(const TensorMap& got, const TensorMap& want, double atol
 // The kill test's training: a single-rank fp32 engine, one fixed batch per step.
 inline EngineArgs saver_args() {
   auto args = make_args("fsdp2", "fp32");
-  args.engine.grad_scaler.enabled = "always";
+  args.engine.grad_scaler.enabled = ScalerMode::kAlways;
   args.optim.lr_scheduler_type = "cosine";
   args.optim.lr_warmup_steps = 2;
   args.optim.total_training_steps = 20;

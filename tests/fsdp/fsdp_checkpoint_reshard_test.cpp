@@ -17,7 +17,7 @@ constexpr double kNextStepTol = 2e-6;
 EngineArgs base_args(const std::string& strategy, int rank, int world, c10::intrusive_ptr<compat::CommGroup> group,
                      c10::intrusive_ptr<c10d::Store> store) {
   auto args = make_args(strategy, "fp32", rank, world, std::move(group), std::move(store));
-  args.engine.grad_scaler.enabled = "always";
+  args.engine.grad_scaler.enabled = ScalerMode::kAlways;
   args.optim.lr_scheduler_type = "cosine";
   args.optim.lr_warmup_steps = 1;
   return args;
@@ -33,7 +33,7 @@ TEST(FsdpCheckpointReshard, OwnedRangesAgreeWithPack) {
   const std::vector<std::vector<int64_t>> shapes = {{5, 3}, {7}, {2, 2, 3}, {1}};
   for (const std::string strategy : {"fsdp", "fsdp2"}) {
     for (int64_t world : {1, 2, 3, 4}) {
-      auto layout = fsdp::ShardLayout::create(strategy, shapes, world);
+      auto layout = fsdp::ShardLayout::create(fsdp::layout_for_backend(strategy), shapes, world);
       std::vector<torch::Tensor> full;
       for (size_t i = 0; i < shapes.size(); ++i) {
         const int64_t n = c10::multiply_integers(shapes[i]);

@@ -33,7 +33,7 @@ std::string error_of(const std::function<void()>& f) {
 TEST(FsdpCheckpoint, SaveLoadGivesTheIdenticalNextStep) {
   testing::run_ranks(2, [](const testing::RankContext& ctx) {
     auto args = make_args("fsdp", "fp32", ctx.rank, 2, ctx.group, ctx.store);
-    args.engine.grad_scaler.enabled = "always";  // scaler state travels too
+    args.engine.grad_scaler.enabled = ScalerMode::kAlways;  // scaler state travels too
     args.engine.grad_scaler.growth_interval = 2;
     args.optim.lr_scheduler_type = "cosine";
     args.optim.lr_warmup_steps = 2;
@@ -70,7 +70,7 @@ TEST(FsdpCheckpoint, ResumeIsBitwiseExact) {
   testing::run_ranks(2, [](const testing::RankContext& ctx) {
     constexpr int kN = 3;
     auto args = make_args("fsdp2", "fp32", ctx.rank, 2, ctx.group, ctx.store);
-    args.engine.grad_scaler.enabled = "always";
+    args.engine.grad_scaler.enabled = ScalerMode::kAlways;
     args.engine.grad_scaler.growth_interval = 2;  // the scale grows during the run: its state matters
     args.optim.lr_scheduler_type = "cosine";
     args.optim.lr_warmup_steps = 2;

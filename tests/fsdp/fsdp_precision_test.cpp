@@ -50,9 +50,9 @@ TEST_P(PrecisionTest, AutocastDtypeAndScalerFollowParamDtype) {
   }
 }
 
-TEST_P(PrecisionTest, AbsentMixedPrecisionMeansBf16WithoutScaler) {
+TEST_P(PrecisionTest, DefaultMixedPrecisionMeansBf16WithoutScaler) {
   auto args = make_args(GetParam(), "fp32");
-  args.engine.mixed_precision.reset();
+  args.engine.mixed_precision = MixedPrecisionConfig{};
   fsdp::FSDPEngine engine(args, tiny_builder(tiny()));
   engine.initialize();
   EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
@@ -63,7 +63,7 @@ TEST_P(PrecisionTest, AbsentMixedPrecisionMeansBf16WithoutScaler) {
 
 TEST_P(PrecisionTest, ScalerSettingsAreConfigurable) {
   auto args = make_args(GetParam(), "fp32");
-  args.engine.grad_scaler.enabled = "always";
+  args.engine.grad_scaler.enabled = ScalerMode::kAlways;
   args.engine.grad_scaler.growth_interval = 7;
   args.engine.grad_scaler.init_scale = 8.0;
   args.engine.grad_scaler.backoff_factor = 0.25;
@@ -74,16 +74,6 @@ TEST_P(PrecisionTest, ScalerSettingsAreConfigurable) {
   EXPECT_EQ(engine.grad_scaler()->current_scale(), 8.0);
   EXPECT_EQ(engine.grad_scaler()->backoff_factor(), 0.25);
   EXPECT_EQ(engine.autocast_dtype(), c10::kFloat);
-}
-
-TEST_P(PrecisionTest, UnknownPrecisionIsAnError) {
-  fsdp::FSDPEngine engine(make_args(GetParam(), "fp8"), tiny_builder(tiny()));
-  try {
-    engine.initialize();
-    FAIL() << "fp8 accepted";
-  } catch (const EngineryError& e) {
-    EXPECT_NE(std::string(e.what()).find("unexpected precision: fp8"), std::string::npos) << e.what();
-  }
 }
 
 // The matmul outputs inside the forward carry the compute dtype: bf16 under bf16 autocast, fp32 with none.
@@ -97,10 +87,8 @@ TEST_P(PrecisionTest, ForwardComputesInTheDtype) {
     model->probe = [&](size_t unit, const torch::Tensor& t) {
       if (unit > 0) seen.push_back(t.scalar_type());
     };
-    Batch b = make_batch(2, 8, 64, 1);
-    LossContext ctx;
-    ctx.global_num_tokens = target_tokens(b);
-    auto [loss, out] = engine.forward_step(b, sft_loss, ctx, /*forward_only=*/false);
+    Batch b = make_batch(2, 8, 64, 1);  // one micro-batch of two rows
+    const torch::Tensor loss = engine.forward_backward_batch(b, sft_loss, /*forward_only=*/false).loss;
     const auto expected = PrecisionType::to_dtype(dtype);
     ASSERT_EQ(seen.size(), 3u);  // two layers and the head
     for (auto s : seen) EXPECT_EQ(s, expected);
@@ -117,6 +105,12 @@ class OwnPathEngine : public fsdp::FSDPEngine {
  public:
   using FSDPEngine::FSDPEngine;
   void initialize() override { model_ = build_model(); }
+  // What a subclass may do to the precision: only through the base's one setter.
+  void try_precision(c10::ScalarType dtype, bool with_scaler, ScalerMode configured) {
+    std::unique_ptr<GradScaler> scaler;
+    if (with_scaler) scaler = std::make_unique<fsdp::ShardedGradScaler>(GradScalerConfig{}, torch::kCPU);
+    set_precision(Precision{dtype, c10::kFloat, c10::kFloat}, std::move(scaler), configured);
+  }
 };
 
 TEST(PrecisionSubclass, SkippingBuildFsdpModuleKeepsBf16AndNoScaler) {
@@ -133,14 +127,36 @@ TEST(PrecisionSubclass, SkippingBuildFsdpModuleKeepsBf16AndNoScaler) {
     if (unit > 0) seen.push_back(t.scalar_type());
   };
   Batch b = make_batch(2, 8, 64, 2);
-  LossContext ctx;
-  ctx.global_num_tokens = target_tokens(b);
-  auto [loss, out] = engine.forward_step(b, sft_loss, ctx, /*forward_only=*/false);
+  const torch::Tensor loss = engine.forward_backward_batch(b, sft_loss, /*forward_only=*/false).loss;
   ASSERT_FALSE(seen.empty());
   for (auto s : seen) EXPECT_EQ(s, c10::kBFloat16);
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
   // Its (unsharded, fp32) parameters got gradients.
   for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
+}
+
+// The rule of host_api 2.0: fp16 never runs without a scaler unless the user said "never"; the refusal leaves the
+// engine as it was.
+TEST(PrecisionSubclass, Fp16WithoutScalerIsRefusedUnlessNever) {
+  OwnPathEngine engine(make_args("fsdp2", "fp32"), tiny_builder(tiny()));
+  for (ScalerMode mode : {ScalerMode::kAuto, ScalerMode::kAlways}) {
+    try {
+      engine.try_precision(c10::kHalf, /*with_scaler=*/false, mode);
+      ADD_FAILURE() << "fp16 without a scaler accepted under grad_scaler.enabled = " << to_string(mode);
+    } catch (const EngineryError& e) {
+      EXPECT_NE(std::string(e.what()).find("fp16 compute needs a grad scaler"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("engine.grad_scaler.enabled = \"never\""), std::string::npos);
+    }
+    EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
+    EXPECT_EQ(engine.grad_scaler(), nullptr);
+  }
+  engine.try_precision(c10::kHalf, /*with_scaler=*/true, ScalerMode::kAuto);
+  EXPECT_EQ(engine.autocast_dtype(), c10::kHalf);
+  EXPECT_NE(engine.grad_scaler(), nullptr);
+  engine.try_precision(c10::kHalf, /*with_scaler=*/false, ScalerMode::kNever);  // the user's explicit choice
+  EXPECT_EQ(engine.autocast_dtype(), c10::kHalf);
+  EXPECT_EQ(engine.grad_scaler(), nullptr);
+  EXPECT_THROW(engine.try_precision(c10::kFloat, /*with_scaler=*/true, ScalerMode::kNever), EngineryError);
 }
 
 TEST(PrecisionDefaults, BaseConstructorSetsBf16AndNoScaler) {

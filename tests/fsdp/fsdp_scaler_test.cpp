@@ -12,7 +12,7 @@ namespace {
 EngineArgs scaled_args(const testing::RankContext& ctx, const std::string& strategy, double init_scale,
                        int64_t growth_interval) {
   auto args = make_args(strategy, "fp32", ctx.rank, ctx.world_size, ctx.group, ctx.store);
-  args.engine.grad_scaler.enabled = "always";
+  args.engine.grad_scaler.enabled = ScalerMode::kAlways;
   args.engine.grad_scaler.init_scale = init_scale;
   args.engine.grad_scaler.growth_interval = growth_interval;
   return args;

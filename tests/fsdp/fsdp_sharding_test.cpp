@@ -96,7 +96,7 @@ TEST(ShardingReduceDtype, Fp16ReductionIsCloseButNotExact) {
     double norms[2];
     for (int i = 0; i < 2; ++i) {
       auto args = make_args("fsdp2", "fp32", ctx.rank, 2, ctx.group, ctx.store);
-      args.engine.mixed_precision->reduce_dtype = i == 0 ? "fp32" : "fp16";
+      args.engine.mixed_precision.reduce_dtype = i == 0 ? c10::kFloat : c10::kHalf;
       fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
       engine.initialize();
       EXPECT_EQ(engine.reduce_dtype(), i == 0 ? c10::kFloat : c10::kHalf);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "host_api/base_engine.h"
+#include "host_api/precision.h"
 #include "plugin/fsdp/fsdp_engine.h"
 #include "tests/fsdp/tiny_decoder.h"
 
@@ -25,9 +26,7 @@ inline EngineArgs make_args(const std::string& strategy, const std::string& para
   a.world_group = std::move(group);
   a.store = std::move(store);
   a.engine.strategy = strategy;
-  MixedPrecisionConfig mp;
-  mp.param_dtype = param_dtype;
-  a.engine.mixed_precision = mp;
+  a.engine.mixed_precision.param_dtype = PrecisionType::to_dtype(param_dtype);
   a.engine.micro_batch_size_per_gpu = 2;
   a.optim.lr = 1e-2;
   a.optim.weight_decay = 0.01;

@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 #include "models/causal_lm.h"
 #include "models/model_factory.h"
 #include "models/safetensors.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <random>
 #include <string>
-#include "host_api/torch_compat.h"  // compat::remove_all
+#include "support/torch_compat.h"  // compat::remove_all
 
 namespace enginery {
 namespace models {

@@ -111,5 +111,55 @@ TEST(EngineRegistry, EngineHoldsItsLibraryUntilItIsDestroyed) {
   EXPECT_FALSE(engine_alive_when_library_released) << "the library was released before the engine died";
 }
 
+// host_api 2.0: a key set beyond what the engine declares never reaches the factory; the error names the key,
+// the engine and what it supports. Every knob an engine may leave out is refused by name, one at a time.
+TEST(EngineRegistry, RefusesConfigurationTheEngineDoesNotDeclare) {
+  EngineRegistry registry;
+  std::atomic<int> live{0};
+  registry.register_engine(fake({"language_model", "fsdp", "cpu"}, "p1", 1, {}, &live));
+  const ConfigSupport declared;  // fake() registers the defaults: no knob beyond them
+  for (const ConfigKnob& knob : config_knobs()) {
+    EngineArgs args;
+    ASSERT_TRUE(knob.set_unsupported(declared, args)) << knob.key;
+    const std::string message = message_of([&] { registry.create({"language_model", "fsdp", "cpu"}, args); });
+    const bool option = knob.key == "engine.<backend>";
+    EXPECT_NE(message.find(option ? "engine.fsdp.no_such_option is not an option" : knob.key + " = "),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find(std::string(option ? "of" : "is not implemented by") +
+                           " the fsdp (language_model, fsdp, cpu) of plugin 'p1' engine"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("(allowed: "), std::string::npos) << message;
+    EXPECT_EQ(live.load(), 0) << "the factory ran for " << knob.key;
+  }
+  // The keys the RL issues make real are among them, each refused by its own name.
+  for (const char* key : {"engine.param_offload", "engine.optimizer_offload", "engine.forward_prefetch",
+                          "engine.use_dynamic_bsz", "engine.max_token_len_per_gpu",
+                          "engine.entropy_from_logits_with_chunking", "model.use_remove_padding",
+                          "checkpoint.async_save", "engine.model_dtype", "engine.forward_only"}) {
+    bool found = false;
+    for (const ConfigKnob& knob : config_knobs()) found = found || knob.key == key;
+    EXPECT_TRUE(found) << key;
+  }
+}
+
+TEST(EngineRegistry, DeclaredConfigurationReachesTheFactory) {
+  EngineRegistry registry;
+  EngineRegistration r = fake({"language_model", "fsdp", "cpu"}, "p1", 1);
+  r.support.param_offload = true;
+  r.support.param_dtypes.push_back(c10::kHalf);
+  registry.register_engine(std::move(r));
+  EngineArgs args;
+  args.engine.param_offload = true;
+  args.engine.mixed_precision.param_dtype = c10::kHalf;
+  auto engine = registry.create({"language_model", "fsdp", "cpu"}, args);
+  EXPECT_TRUE(engine->args().engine.param_offload);
+  args.engine.mixed_precision.reduce_dtype = c10::kBFloat16;
+  EXPECT_NE(message_of([&] { registry.create({"language_model", "fsdp", "cpu"}, args); })
+                .find("engine.mixed_precision.reduce_dtype = bf16 is not implemented"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace enginery::test

@@ -18,13 +18,10 @@ class FakeEngine : public BaseEngine {
   }
 
   int plugin_id() const { return plugin_id_; }
-  const EngineArgs& args() const { return args_; }
+  const EngineArgs& args() const override { return args_; }
+  torch::Device device() const override { return torch::kCPU; }
 
   void initialize() override {}
-  BatchOutput forward_backward_batch(const Batch&, const LossFn&, bool) override { return {}; }
-  std::pair<torch::Tensor, ModelOutput> forward_step(const Batch&, const LossFn&, const LossContext&, bool) override {
-    return {};
-  }
   void optimizer_zero_grad() override {}
   torch::Tensor optimizer_step() override { return torch::zeros({}); }
   // Reports which plugin built the engine, so tests can tell engines apart through the base class.
@@ -32,10 +29,12 @@ class FakeEngine : public BaseEngine {
   void get_per_tensor_param(const std::function<void(const std::string&, const torch::Tensor&)>&) override {}
   void save_checkpoint(const std::string&, int64_t, int64_t) override {}
   void load_checkpoint(const std::string&) override {}
-  void to(const std::string&, bool, bool, bool) override {}
   int64_t get_data_parallel_rank() const override { return args_.rank; }
   int64_t get_data_parallel_size() const override { return args_.world_size; }
-  c10::intrusive_ptr<compat::CommGroup> get_data_parallel_group() const override { return args_.world_group; }
+  CommGroupPtr get_data_parallel_group() const override { return args_.world_group; }
+
+ protected:
+  MicroBatchResult forward_step(const Batch&, const LossFn&, const LossContext&, bool) override { return {}; }
 
  private:
   EngineArgs args_;

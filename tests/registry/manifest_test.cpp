@@ -10,7 +10,7 @@ namespace {
 const char* const kGood = R"(manifest_version = 1
 name = "enginery_fsdp"
 version = "0.1.0"
-api_version = "1.0"
+api_version = "2.0"
 library = "lib/libenginery_fsdp.so"
 sha256 = "ABCDEF0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789"
 capabilities = ["fp16", "checkpoint"]
@@ -70,7 +70,7 @@ TEST(Manifest, ErrorsNameFileLineColumn) {
             "/p/plugin.toml:15:1: missing required field 'backend' in [[engines]] #2");
   EXPECT_EQ(error_of(with(kGood, "manifest_version = 1", "manifest_version = 2")),
             "/p/plugin.toml:1:20: unsupported manifest_version 2 (allowed: 1)");
-  EXPECT_EQ(error_of(with(kGood, "api_version = \"1.0\"", "api_version = \"one\"")).substr(0, 47),
+  EXPECT_EQ(error_of(with(kGood, "api_version = \"2.0\"", "api_version = \"one\"")).substr(0, 47),
             "/p/plugin.toml:4:15: field 'api_version' is 'on");
   EXPECT_EQ(error_of(with(kGood, "capabilities = [\"fp16\", \"checkpoint\"]", "capabilities = [\"fp16\", 3]")),
             "/p/plugin.toml:7:25: field 'capabilities' must be an array of strings, got integer");

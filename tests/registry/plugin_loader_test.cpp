@@ -127,6 +127,11 @@ std::vector<BadCase> bad_cases() {
          make_beta(p, a, manifest_text(spec));
        },
        {"a_bad/plugin.toml:4:15: wrong API version on plugin 'tp_beta'", "major versions differ"}, false},
+      {"api_1x_plugin", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_api_old", manifest_text(spec_for("tp_api_old", "old")));
+       },
+       {"wrong API version on the library: got 1.0", "built against the 1.x contract must be rebuilt"}, true},
       {"api_newer_minor", a,
        [a](const fs::path& p, const fs::path&) {
          make_plugin(p, a, "tp_api_minor", manifest_text(spec_for("tp_api_minor", "minor")));

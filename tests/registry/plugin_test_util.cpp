@@ -4,7 +4,7 @@
 
 #include <fstream>
 #include <stdexcept>
-#include "host_api/torch_compat.h"  // compat::remove_all
+#include "support/torch_compat.h"  // compat::remove_all
 
 namespace enginery::test {
 

@@ -31,7 +31,7 @@ struct ManifestSpec {
   std::string name;
   std::string library;
   std::vector<EngineKey> engines;
-  std::string api_version = "1.0";
+  std::string api_version = "2.0";
   std::string extra;  // more top-level lines, e.g. "sha256 = ..."
 };
 

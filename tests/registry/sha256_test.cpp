@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "registry/sha256.h"
+#include "support/sha256.h"
 #include "tests/registry/plugin_test_util.h"
 
 namespace enginery::test {

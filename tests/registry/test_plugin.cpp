@@ -17,7 +17,7 @@ void register_engines(enginery::Registrar& registrar) {
   for (const char* model_type : {"language_model", "value_model"}) {
     registrar.register_engine({model_type, TEST_BACKEND, "cpu"}, [](const enginery::EngineArgs& args) {
       return std::make_shared<enginery::test::FakeEngine>(args, TEST_PLUGIN_ID);
-    });
+    }, enginery::ConfigSupport{});
   }
 #else
   (void)registrar;

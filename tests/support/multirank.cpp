@@ -17,7 +17,7 @@
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include "host_api/torch_compat.h"  // compat::remove_all
+#include "support/torch_compat.h"  // compat::remove_all
 
 extern char** environ;
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "host_api/torch_compat.h"
+#include "support/torch_compat.h"
 
 namespace enginery {
 namespace testing {

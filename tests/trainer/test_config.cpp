@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "host_api/config.h"
 #include "host_api/error.h"
 #include "trainer/train_config.h"
 
@@ -59,10 +60,11 @@ train_batch_size = 16
   EXPECT_EQ(c.output_dir(), "runs/x");
   EXPECT_EQ(c.engine.strategy, "fsdp2");
   EXPECT_EQ(c.engine.micro_batch_size_per_gpu, 4);
-  ASSERT_TRUE(c.engine.mixed_precision.has_value());
-  EXPECT_EQ(c.engine.mixed_precision->param_dtype, "bfloat16");
-  EXPECT_EQ(c.engine.mixed_precision->reduce_dtype, "32");
-  EXPECT_EQ(c.engine.mixed_precision->buffer_dtype, "fp32");
+  // Typed at the boundary: every spelling becomes a dtype.
+  EXPECT_EQ(c.engine.mixed_precision.param_dtype, c10::kBFloat16);
+  EXPECT_EQ(c.engine.mixed_precision.reduce_dtype, c10::kFloat);
+  EXPECT_EQ(c.engine.mixed_precision.buffer_dtype, c10::kFloat);
+  EXPECT_EQ(c.engine.grad_scaler.enabled, ScalerMode::kAuto);
   EXPECT_EQ(c.engine.backend_options.at("bucket_mb"), "25");
   EXPECT_EQ(c.engine.backend_options.at("fast"), "true");
   EXPECT_DOUBLE_EQ(c.optim.lr, 1.0);  // an integer is accepted where a float is expected
@@ -101,13 +103,34 @@ TEST(TrainConfig, BadPrecisionIsRejectedWithVerlMessage) {
   EXPECT_NE(e.find("bf16"), std::string::npos) << e;
 }
 
+TEST(TrainConfig, ClosedSetsAreTypedWithTheirPosition) {
+  const auto scaler = write_config("scaler.toml", "[engine.grad_scaler]\nenabled = \"sometimes\"\n");
+  const std::string e = error_of(scaler);
+  EXPECT_NE(e.find("scaler.toml:2:11: engine.grad_scaler.enabled: unknown value 'sometimes'"), std::string::npos) << e;
+  EXPECT_NE(e.find("allowed: auto, always, never"), std::string::npos) << e;
+  const auto never = write_config("never.toml", "[engine.grad_scaler]\nenabled = \"never\"\n");
+  EXPECT_EQ(load_train_config(never).engine.grad_scaler.enabled, ScalerMode::kNever);
+
+  const auto model = write_config("model.toml", "[model]\npath = \"builtin:qwen9-huge\"\n");
+  const std::string m = error_of(model);
+  EXPECT_NE(m.find("model.toml:2:8: model.path: unknown built-in model 'builtin:qwen9-huge'"), std::string::npos) << m;
+  EXPECT_NE(m.find("qwen2-tiny"), std::string::npos) << m;
+  TrainConfig c = load_train_config(write_config("hf.toml", "[model]\npath = \"/models/qwen\"\n"));
+  EXPECT_FALSE(c.model.source().is_builtin());
+  EXPECT_EQ(c.model.source().name, "/models/qwen");
+  EXPECT_EQ(TrainConfig{}.model.source().name, "qwen2-tiny");
+
+  const auto dtype = write_config("model_dtype.toml", "[engine]\nmodel_dtype = \"bf16\"\n");
+  EXPECT_EQ(load_train_config(dtype).engine.model_dtype, c10::kBFloat16);  // typed; the engine decides support
+}
+
 TEST(TrainConfig, DottedOverridesApplyAndNameTheFlagInErrors) {
   const auto path = write_config("base.toml", "[trainer]\ntotal_training_steps = 3\n");
   TrainConfig c = load_train_config(path, {"trainer.total_training_steps=50", "engine.mixed_precision.param_dtype=fp32",
                                            "data.train_files=some/file.jsonl", "optim.lr=2e-4",
                                            "trainer.experiment_name=\"quoted\""});
   EXPECT_EQ(c.trainer.total_training_steps, 50);
-  EXPECT_EQ(c.engine.mixed_precision->param_dtype, "fp32");
+  EXPECT_EQ(c.engine.mixed_precision.param_dtype, c10::kFloat);
   EXPECT_EQ(c.data.train_files, "some/file.jsonl");
   EXPECT_DOUBLE_EQ(c.optim.lr, 2e-4);
   EXPECT_EQ(c.trainer.experiment_name, "quoted");

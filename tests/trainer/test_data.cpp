@@ -7,7 +7,7 @@
 #include "host_api/error.h"
 #include "trainer/checkpoint_state.h"
 #include "trainer/dataset.h"
-#include "host_api/torch_compat.h"  // compat::remove_all
+#include "support/torch_compat.h"  // compat::remove_all
 
 namespace enginery {
 namespace {

@@ -7,7 +7,7 @@
 #include "trainer/metrics_log.h"
 #include "trainer/plot.h"
 #include "trainer/png_image.h"
-#include "host_api/torch_compat.h"  // compat::remove_all
+#include "support/torch_compat.h"  // compat::remove_all
 
 namespace enginery {
 namespace {

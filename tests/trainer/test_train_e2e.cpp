@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
-#include "host_api/torch_compat.h"  // compat::remove_all
+#include "support/torch_compat.h"  // compat::remove_all
 
 namespace fs = std::filesystem;
 
@@ -144,10 +144,27 @@ TEST_F(TrainEndToEnd, ConfigErrorsStopBeforeAnyRankStarts) {
   EXPECT_NE(backend.output.find("fsdp"), std::string::npos) << backend.output;  // what is registered
   EXPECT_EQ(backend.output.find("[rank"), std::string::npos) << backend.output;
 
+  // Keys the engine does not implement are refused by name, where they were set, before any rank starts.
+  std::vector<CommandResult> refused;
+  for (const std::string key : {"engine.param_offload=true", "engine.optimizer_offload=true",
+                                "engine.forward_prefetch=true", "engine.use_dynamic_bsz=true",
+                                "model.use_remove_padding=true", "checkpoint.async_save=true",
+                                "engine.entropy_from_logits_with_chunking=false", "engine.model_dtype=bf16"}) {
+    refused.push_back(run("train --config " + demo() + " --nproc 2 --set " + key));
+    const CommandResult& r = refused.back();
+    const std::string name = key.substr(0, key.find('='));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("--set " + key + ": " + name + " = "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("is not implemented by the fsdp"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("(allowed: "), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("[rank"), std::string::npos) << r.output;
+  }
+
   CommandResult batch = run("train --config " + demo() + " --nproc 3");
   EXPECT_EQ(batch.status, 2);
   EXPECT_NE(batch.output.find("does not divide over 3 ranks"), std::string::npos) << batch.output;
   for (const CommandResult* r : {&unknown, &type, &dtype, &backend, &batch}) EXPECT_LT(r->seconds, 20.0);
+  for (const CommandResult& r : refused) EXPECT_LT(r.seconds, 20.0);
 }
 
 }  // namespace

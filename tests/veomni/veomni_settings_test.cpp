@@ -2,6 +2,7 @@
 // training through the inherited forward_step.
 #include <gtest/gtest.h>
 
+#include "host_api/config_support.h"
 #include "host_api/error.h"
 #include "plugin/veomni/veomni_engine.h"
 #include "tests/veomni/veomni_test_util.h"
@@ -49,7 +50,7 @@ TEST(VeOmniSettings, EachSettingsAutocastDtypeAndScaler) {
     EXPECT_EQ(engine.grad_scaler(), nullptr);
     EXPECT_EQ(engine.param_dtype(), c.param);
     ASSERT_NE(engine.fsdp_module(), nullptr);
-    EXPECT_EQ(engine.fsdp_module()->options().strategy, "fsdp2");
+    EXPECT_EQ(engine.fsdp_module()->options().layout, fsdp::ShardingLayout::kPerParameter);
     const bool full_shard = !c.options.count("enable_full_shard") || c.options.at("enable_full_shard") == "true";
     EXPECT_EQ(engine.fsdp_module()->options().reshard_after_forward, full_shard);
   }
@@ -83,20 +84,24 @@ TEST(VeOmniSettings, BadSettingsAreRejectedNamingTheField) {
        "true, false"},
       {[](EngineArgs& a) { a.engine.backend_options["mixed_precision"] = "1"; }, "engine.veomni.mixed_precision",
        "true, false"},
-      {[](EngineArgs& a) { a.engine.mixed_precision = MixedPrecisionConfig{"fp16", "fp32", "fp32"}; },
-       "engine.mixed_precision.param_dtype", "bf16, fp32"},
+      {[](EngineArgs& a) { a.engine.mixed_precision.param_dtype = c10::kHalf; }, "engine.mixed_precision.param_dtype",
+       "bf16, fp32"},
       {[](EngineArgs& a) {
          a.engine.backend_options["mixed_precision"] = "false";
-         a.engine.mixed_precision = MixedPrecisionConfig{"fp32", "fp32", "fp32"};
+         a.engine.mixed_precision.param_dtype = c10::kFloat;
        },
        "engine.mixed_precision.param_dtype", "engine.veomni.mixed_precision"},
-      {[](EngineArgs& a) { a.engine.grad_scaler.enabled = "always"; }, "engine.grad_scaler.enabled", "auto, never"},
-      {[](EngineArgs& a) { a.engine.fsdp_size = 2; }, "engine.fsdp_size", "fsdp2"},
+      {[](EngineArgs& a) { a.engine.grad_scaler.enabled = ScalerMode::kAlways; }, "engine.grad_scaler.enabled",
+       "auto, never"},
+      {[](EngineArgs& a) { a.engine.fsdp_size = 2; }, "engine.fsdp_size", "no HSDP"},
+      {[](EngineArgs& a) { a.engine.reshard_after_forward = false; }, "engine.reshard_after_forward", "true"},
   };
   for (const auto& bad : cases) {
     auto args = make_args({});
     bad.set(args);
     try {
+      // What the registry does before the factory runs, then the factory's own checks.
+      check_config_supported(VeOmniEngine::config_support("cpu"), args, "veomni");
       VeOmniEngine engine(args);
       ADD_FAILURE() << "accepted a bad " << bad.field;
     } catch (const EngineryError& e) {
@@ -122,12 +127,10 @@ TEST(VeOmniTraining, TrainingLowersLossAndForwardStepIsInherited) {
 
   // forward_step is FSDPEngine's: it gathers through the module veomni built and reshards after a no-grad pass.
   torch::NoGradGuard no_grad;
-  LossContext ctx;
-  ctx.global_num_tokens = batch.at("loss_mask").narrow(1, 1, 15).sum().item<double>();
-  auto [loss, out] = engine.forward_step(batch, veomni_test::sft_loss, ctx, /*forward_only=*/true);
-  ASSERT_TRUE(out.log_probs.defined());
-  EXPECT_EQ(out.log_probs.sizes(), (std::vector<int64_t>{4, 16}));
-  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  const BatchOutput out = engine.forward_backward_batch(batch, veomni_test::sft_loss, /*forward_only=*/true);
+  ASSERT_TRUE(out.outputs.count("log_probs"));
+  EXPECT_EQ(out.outputs.at("log_probs").sizes(), (std::vector<int64_t>{4, 16}));
+  EXPECT_TRUE(std::isfinite(out.loss.item<double>()));
   for (auto& u : engine.fsdp_module()->units()) EXPECT_EQ(u.state(), fsdp::FsdpUnit::State::kSharded) << u.name();
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "host_api/base_engine.h"
+#include "host_api/precision.h"
 
 namespace enginery {
 namespace veomni_test {
@@ -21,11 +22,7 @@ inline EngineArgs make_args(const std::map<std::string, std::string>& options, c
   a.model.path = "builtin:qwen2-tiny";
   a.engine.strategy = "veomni";
   a.engine.backend_options = options;
-  if (!param_dtype.empty()) {
-    MixedPrecisionConfig mp;
-    mp.param_dtype = param_dtype;
-    a.engine.mixed_precision = mp;
-  }
+  if (!param_dtype.empty()) a.engine.mixed_precision.param_dtype = PrecisionType::to_dtype(param_dtype);
   a.engine.micro_batch_size_per_gpu = 2;
   a.optim.lr = 1e-2;
   a.optim.clip_grad = 1.0;

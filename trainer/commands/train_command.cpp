@@ -61,7 +61,7 @@ int run_train(const TrainOptions& o) {
     preflight_data(config, o.nproc);
     EngineRegistry registry;
     const PluginLoadReport report = load_plugins(registry, plugin_path, &std::cerr);
-    check_engine_available(registry, report, config, device);
+    check_engine_available(registry, report, config, device, o.nproc);
     std::cout << to_toml(config) << std::flush;
     save_resolved_config(config);
   } catch (const std::exception& e) {

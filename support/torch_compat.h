@@ -1,12 +1,15 @@
 #pragma once
 // Every difference between the LibTorch versions we support (1.13 through 2.11) lives here, each with a comment
-// naming the versions. Nothing else in the tree tests TORCH_VERSION_*.
+// naming the versions; the only other place that tests TORCH_VERSION_* is the contract's group type
+// (host_api/comm_group.h). Internal: part of enginery_support, not of the contract (docs/ARCHITECTURE.md, "Layers").
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include <cmath>
 #include <limits>
+
+#include "host_api/comm_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -37,15 +40,9 @@ namespace enginery {
 namespace compat {
 
 // ---- c10d ------------------------------------------------------------------------------------------------------
-// 1.13: ProcessGroupGloo / ProcessGroupNCCL derive from c10d::ProcessGroup.
-// 2.0+: they derive from c10d::Backend (ProcessGroup became a dispatching wrapper). Both expose the same collective
-// methods (allreduce, allgather, _allgather_base, reduce_scatter, _reduce_scatter_base, broadcast, barrier), so the
-// engines talk to whichever class the version's backends derive from.
-#if ENGINERY_TORCH_AT_LEAST(2, 0)
-using CommGroup = c10d::Backend;
-#else
-using CommGroup = c10d::ProcessGroup;
-#endif
+// The group type itself (c10d::ProcessGroup on 1.13, c10d::Backend on 2.x) is part of the contract:
+// host_api/comm_group.h. Its constructors differ and live here.
+using CommGroup = ::enginery::CommGroup;
 
 // Gloo lacks reduce_scatter and _allgather_base in 1.13 (and _reduce_scatter_base in every version we support);
 // callers emulate them (DESIGN §5). True where the op is native.

@@ -1,4 +1,4 @@
-#include "host_api/durable_fs.h"
+#include "support/durable_fs.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "host_api/error.h"
-#include "host_api/torch_compat.h"  // compat::remove_all
+#include "support/torch_compat.h"  // compat::remove_all
 
 namespace fs = std::filesystem;
 

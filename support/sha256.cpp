@@ -1,4 +1,4 @@
-#include "host_api/sha256.h"
+#include "support/sha256.h"
 
 #include <algorithm>
 #include <array>
