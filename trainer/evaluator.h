@@ -22,7 +22,7 @@ struct EvalResult {
 
 struct EvalContext {
   BaseEngine* engine = nullptr;
-  c10::intrusive_ptr<compat::CommGroup> group;
+  CommGroupPtr group;
   torch::Device device = torch::kCPU;
   int64_t rank = 0;
   int64_t world_size = 1;

@@ -83,7 +83,7 @@ class LayoutTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(LayoutTest, ShardsReassembleToTheFullParameters) {
   const std::vector<std::vector<int64_t>> shapes{{5, 3}, {7}, {2, 2, 2}, {1, 4}};
   for (int64_t world : {1, 2, 3, 4}) {
-    auto layout = ShardLayout::create(GetParam(), shapes, world);
+    auto layout = ShardLayout::create(layout_for_backend(GetParam()), shapes, world);
     std::vector<torch::Tensor> full;
     int64_t total = 0;
     for (const auto& s : shapes) {
@@ -108,7 +108,7 @@ TEST_P(LayoutTest, ShardsReassembleToTheFullParameters) {
 
 TEST(PerParamLayout, Dim0Chunks) {
   // fsdp2: rank r holds rows [r*ceil(d0/W), ...) of every parameter.
-  auto layout = ShardLayout::create("fsdp2", {{5, 2}}, 2);
+  auto layout = ShardLayout::create(ShardingLayout::kPerParameter, {{5, 2}}, 2);
   auto full = torch::arange(10, torch::kFloat).view({5, 2});
   auto packed = torch::empty({2 * layout->shard_numel()});
   layout->pack({full}, packed);
