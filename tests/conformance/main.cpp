@@ -6,8 +6,8 @@
 #include <iostream>
 #include <string>
 
-#include "tests/conformance/conformance.h"
-#include "tests/conformance/rank_worker.h"
+#include "conformance/conformance.h"
+#include "conformance/rank_worker.h"
 
 int main(int argc, char** argv) {
   using namespace enginery::conformance;

@@ -1,11 +1,11 @@
-// `enginery conformance --plugin-dir D [--backend B]`: runs the per-plugin conformance suite (tests/conformance)
+// `enginery conformance --plugin-dir D [--backend B]`: runs the per-plugin conformance suite (conformance/)
 // in this process; the suite is linked into the executable (library enginery_conformance, GoogleTest included).
 // Exit status 0 only when every selected check passed (or was skipped for a capability the manifest lacks).
 #include <filesystem>
 #include <string>
 
-#include "tests/conformance/conformance.h"
-#include "tests/conformance/rank_worker.h"
+#include "conformance/conformance.h"
+#include "conformance/rank_worker.h"
 #include "trainer/command.h"
 
 namespace enginery {

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "tests/conformance/data.h"
-#include "tests/conformance/engine_setup.h"
-#include "tests/conformance/target.h"
+#include "conformance/data.h"
+#include "conformance/engine_setup.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {

@@ -4,9 +4,9 @@
 
 #include "host_api/error.h"
 #include "host_api/precision.h"
-#include "tests/conformance/data.h"
-#include "tests/conformance/engine_setup.h"
-#include "tests/conformance/target.h"
+#include "conformance/data.h"
+#include "conformance/engine_setup.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {

@@ -1,4 +1,4 @@
-#include "tests/conformance/engine_setup.h"
+#include "conformance/engine_setup.h"
 
 #include <stdlib.h>
 

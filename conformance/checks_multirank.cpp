@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "host_api/torch_compat.h"
-#include "tests/conformance/data.h"
-#include "tests/conformance/engine_setup.h"
-#include "tests/conformance/rank_worker.h"
-#include "tests/conformance/target.h"
+#include "conformance/data.h"
+#include "conformance/engine_setup.h"
+#include "conformance/rank_worker.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {

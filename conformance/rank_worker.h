@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/conformance/data.h"
-#include "tests/conformance/target.h"
+#include "conformance/data.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {

@@ -1,4 +1,4 @@
-#include "tests/conformance/rank_worker.h"
+#include "conformance/rank_worker.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 
 #include "host_api/error.h"
 #include "registry/plugin_loader.h"
-#include "tests/conformance/engine_setup.h"
+#include "conformance/engine_setup.h"
 
 extern char** environ;
 

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "registry/plugin_loader.h"
-#include "tests/conformance/conformance.h"
-#include "tests/conformance/target.h"
+#include "conformance/conformance.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "host_api/base_engine.h"
-#include "tests/conformance/target.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {
