@@ -1,12 +1,12 @@
-// Precision checks (DESIGN §4): the constructor's defaults, what initialize() sets per param_dtype, that the
+// Precision checks (docs/ARCHITECTURE.md, "Precision"): the constructor's defaults, what initialize() sets per param_dtype, that the
 // forward really computes in that dtype, and that bad config values are refused with the field named.
 #include <gtest/gtest.h>
 
-#include "host_api/error.h"
-#include "host_api/precision.h"
 #include "conformance/data.h"
 #include "conformance/engine_setup.h"
 #include "conformance/target.h"
+#include "host_api/error.h"
+#include "host_api/precision.h"
 
 namespace enginery {
 namespace conformance {
@@ -24,7 +24,7 @@ void check_constructed_defaults(const Target& target) {
   args.engine.mixed_precision.reset();  // the host's default: bf16 / fp32 / fp32
   auto engine = create_engine(target, args);
   ASSERT_TRUE(engine != nullptr);
-  EXPECT_EQ(engine->autocast_dtype(), c10::kBFloat16) << "a constructed engine must report bf16 (DESIGN §4)";
+  EXPECT_EQ(engine->autocast_dtype(), c10::kBFloat16) << "a constructed engine must report bf16 (docs/ARCHITECTURE.md, Precision)";
   EXPECT_EQ(engine->grad_scaler(), nullptr) << "a constructed engine must have no grad scaler";
 }
 

@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "host_api/base_engine.h"
 #include "conformance/target.h"
+#include "host_api/base_engine.h"
 
 namespace enginery {
 namespace conformance {

@@ -1,11 +1,13 @@
 #pragma once
-// The multi-rank check: real rank processes (fork + exec of this same program with "--rank-worker <spec>", RANK
-// and WORLD_SIZE in the environment) over a FileStore, compared against a world-size-1 run in the parent.
+// The multi-rank check: real rank processes (this same program with "--rank-worker <spec>", started by
+// launch/spawn.h with RANK and WORLD_SIZE in the environment) over a FileStore, compared against a world-size-1 run
+// in the parent.
 #include <string>
 #include <vector>
 
 #include "conformance/data.h"
 #include "conformance/target.h"
+#include "launch/spawn.h"
 
 namespace enginery {
 namespace conformance {
@@ -20,15 +22,10 @@ ParamList parity_run(BaseEngine& engine, const Target& target, int64_t rank, int
 // Entry of a rank worker process; returns its exit status. Errors go to stderr.
 int run_rank_worker(const std::string& spec_file);
 
-struct RankResult {
-  int rank = 0;
-  int exit_status = -1;  // -1: did not finish in time
-  std::string log;       // the rank's stdout and stderr
-};
-// Starts `world_size` copies of `argv` with RANK / WORLD_SIZE / LOCAL_RANK set, waits up to `timeout_s` (then
-// kills them all) and returns each rank's result.
-std::vector<RankResult> spawn_ranks(const std::vector<std::string>& argv, int world_size, double timeout_s,
-                                    const std::string& log_prefix);
+// Starts `world_size` copies of `argv` as rank workers, each logging to "<log_prefix>.rank<r>.log", waits up to
+// `timeout_s` (then kills them all) and returns each rank's exit.
+SpawnResult spawn_rank_workers(const std::vector<std::string>& argv, int world_size, double timeout_s,
+                               const std::string& log_prefix);
 
 }  // namespace conformance
 }  // namespace enginery
