@@ -4,17 +4,18 @@
 #   find_package(enginery 0.1 REQUIRED)
 #   enginery_add_plugin(my_plugin SOURCES my_engine.cpp MANIFEST plugin.toml.in)
 #
-# Installed: include/enginery/{host_api,support,registry,models}/*.h,
-# lib/libenginery_{host_api,support,registry,models}.so,
+# Installed: include/enginery/{host_api,support,launch,registry,models}/*.h,
+# lib/libenginery_{host_api,support,launch,registry,models}.so,
 # lib/cmake/enginery/{engineryConfig,engineryConfigVersion,engineryTargets,EngineryPlugin,
 # EngineryRenderManifest}.cmake. Imported targets: enginery::torch (LibTorch as this build used it),
-# enginery::host_api (the contract), enginery::support, enginery::registry, enginery::models.
+# enginery::host_api (the contract), enginery::support, enginery::launch, enginery::registry, enginery::models.
 include(CMakePackageConfigHelpers)
 
 set(ENGINERY_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/enginery)
 
 set_target_properties(enginery_torch PROPERTIES EXPORT_NAME torch)
 set_target_properties(enginery_host_api PROPERTIES EXPORT_NAME host_api)
+set_target_properties(enginery_launch PROPERTIES EXPORT_NAME launch)
 set_target_properties(enginery_registry PROPERTIES EXPORT_NAME registry)
 set_target_properties(enginery_support PROPERTIES EXPORT_NAME support)
 if(TARGET enginery_models)

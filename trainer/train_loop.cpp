@@ -1,14 +1,16 @@
 #include "trainer/train_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <memory>
+#include <optional>
 
 #include "host_api/error.h"
+#include "launch/world_group.h"
 #include "trainer/checkpoint_state.h"
 #include "trainer/collectives.h"
 #include "trainer/dataset.h"
@@ -26,14 +28,28 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-c10::intrusive_ptr<c10d::Store> rendezvous(const RankEnv& env) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(env.master_port);
-  options.isServer = env.rank == 0;
-  options.numWorkers = static_cast<std::size_t>(env.world_size);
-  options.waitWorkers = true;
-  options.timeout = std::chrono::minutes(5);
-  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+// The training data, how this rank walks it, and the loss every step applies.
+struct TrainInputs {
+  std::unique_ptr<Dataset> train;
+  ShardedSampler sampler;
+  int64_t total = 0;  // steps of the whole run
+  LossFn loss_fn;
+  std::vector<std::string> required;  // per-token inputs the loss reads from every batch
+};
+
+// Data first: the step count it implies goes into the optimizer's config.
+TrainInputs open_train_inputs(TrainConfig& config, const RankEnv& env) {
+  auto train = open_dataset(config.data.train_files, "train", config.data.max_length, config.data.digits,
+                            config.data.train_size, static_cast<uint64_t>(config.data.seed));
+  ShardedSampler sampler(train->size(), config.data.train_batch_size, env.rank, env.world_size,
+                         static_cast<uint64_t>(config.data.seed), config.data.shuffle);
+  const int64_t total = config.trainer.total_training_steps > 0
+                            ? config.trainer.total_training_steps
+                            : config.trainer.total_epochs * sampler.steps_per_epoch();
+  config.optim.total_training_steps = total;
+  LossFn loss_fn = make_loss(config.loss);
+  auto required = required_inputs(config.loss);
+  return TrainInputs{std::move(train), std::move(sampler), total, std::move(loss_fn), std::move(required)};
 }
 
 // Everything about evaluation that does not change between evaluations.
@@ -43,6 +59,88 @@ struct Evaluation {
   std::unique_ptr<Dataset> files;
   int64_t val_size = 0;
 };
+
+Evaluation open_evaluation(const TrainConfig& config) {
+  Evaluation eval;
+  eval.enabled = config.trainer.test_freq > 0 && config.model_type() == "language_model";
+  if (eval.enabled) {
+    if (is_builtin_addition(config.data.train_files) && config.data.val_files.empty()) {
+      eval.task.emplace(config.data.digits, static_cast<uint64_t>(config.data.seed));
+      eval.val_size = config.data.val_size;
+    } else if (!config.data.val_files.empty()) {
+      eval.files = open_dataset(config.data.val_files, "val", config.data.max_length, config.data.digits,
+                                config.data.val_size, static_cast<uint64_t>(config.data.seed));
+    } else {
+      eval.enabled = false;
+    }
+  }
+  return eval;
+}
+
+// The engine and what it runs on: the world group over the rendezvous store, and the registry whose plugin
+// libraries hold the engine's code (declared first, so it outlives the engine).
+struct RankEngine {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<compat::CommGroup> group;
+  EngineRegistry registry;
+  std::shared_ptr<BaseEngine> engine;
+};
+
+// Rendezvous, process group, engine.
+void build_engine(RankEngine& out, const TrainConfig& config, const RankEnv& env, const std::string& device_name,
+                  const std::vector<PluginSearchDir>& plugin_path) {
+  const bool lead = env.rank == 0;
+  out.store = make_tcp_store(env);
+  out.group = make_world_group(out.store, env.rank, env.world_size, device_name);
+  const PluginLoadReport report = load_plugins(out.registry, plugin_path, lead ? &std::cerr : nullptr);
+  check_engine_available(out.registry, report, config, device_name, env.world_size);
+  EngineArgs args;
+  args.device = device_name;
+  args.rank = env.rank;
+  args.world_size = env.world_size;
+  args.local_rank = env.local_rank;
+  args.world_group = out.group;
+  args.store = out.store;
+  args.model = config.model;
+  args.engine = config.engine;
+  args.optim = config.optim;
+  args.checkpoint = config.checkpoint;
+  out.engine = create_engine(out.registry, config, args);
+  out.engine->initialize();
+}
+
+void print_banner(const TrainConfig& config, const RankEnv& env, const std::string& device_name,
+                  const TrainInputs& inputs, const std::string& out_dir) {
+  std::cout << "engine: " << config.model_type() << " / " << config.engine.strategy << " on " << device_name
+            << " x " << env.world_size << " ranks (" << world_group_backend(device_name) << ")\n"
+            << "model: " << config.model.path << "\n"
+            << "data: " << inputs.train->describe() << ", " << inputs.sampler.steps_per_epoch() << " steps per epoch\n"
+            << "output: " << out_dir << "\n";
+}
+
+// With resume_mode "auto": loads the newest complete checkpoint and returns its step; else 0.
+int64_t resume(const TrainConfig& config, BaseEngine& engine, const std::string& out_dir, bool lead) {
+  if (config.trainer.resume_mode != "auto") return 0;
+  auto state = find_latest_checkpoint(out_dir);
+  if (!state) {
+    if (lead) std::cout << "no complete checkpoint in " << out_dir << ": starting from step 0\n";
+    return 0;
+  }
+  if (state->data_seed != config.data.seed || state->train_batch_size != config.data.train_batch_size) {
+    throw EngineryError("checkpoint global_step_" + std::to_string(state->global_step) +
+                            " was written with data.seed " + std::to_string(state->data_seed) +
+                            " and data.train_batch_size " + std::to_string(state->train_batch_size) +
+                            "; resuming with other values would not continue the same data order",
+                        out_dir, "the seed and batch size it was saved with");
+  }
+  engine.load_checkpoint(engine_checkpoint_dir(checkpoint_dir(out_dir, state->global_step)));
+  const int64_t start = state->global_step;
+  if (lead) {
+    std::cout << "resumed from " << checkpoint_dir(out_dir, start) << " (epoch " << state->epoch << ", step "
+              << state->step_in_epoch << " of the epoch)\n";
+  }
+  return start;
+}
 
 void print_eval(const EvalResult& r, int64_t step) {
   char buffer[160];
@@ -56,6 +154,176 @@ void print_eval(const EvalResult& r, int64_t step) {
   std::cout << buffer << "\n";
   for (const auto& sample : r.samples) std::cout << "    " << sample << "\n";
   std::cout.flush();
+}
+
+// The loop from the step after `start` to the last: one train_batch per step, rank 0's progress lines and
+// metrics, evaluations and checkpoints at their frequencies, and the summary at the end.
+class TrainingLoop {
+ public:
+  TrainingLoop(const TrainConfig& config, const RankEnv& env, TrainInputs& inputs, const Evaluation& eval,
+               const RankEngine& engine, torch::Device device, std::string out_dir, int64_t start);
+  void run();
+
+ private:
+  void evaluate(int64_t step);
+  void train_step(int64_t step);
+  void record_step(int64_t step, const BatchOutput& out, const std::vector<double>& sums, double grad_norm,
+                   double step_seconds, double tokens_per_s);
+  void save_checkpoint(int64_t step);
+  void write_summary();
+
+  const TrainConfig& config_;
+  const bool lead_;
+  TrainInputs& inputs_;
+  const Evaluation& eval_;
+  BaseEngine& engine_;
+  c10::intrusive_ptr<compat::CommGroup> group_;
+  torch::Device device_;
+  const std::string out_dir_;
+  const int64_t start_;
+  std::optional<MetricsLog> metrics_;
+  EvalContext eval_ctx_;
+  RunSummary summary_;
+  bool first_eval_ = true;
+  bool first_step_ = true;
+  double train_seconds_ = 0.0;
+  double tokens_done_ = 0.0;
+};
+
+TrainingLoop::TrainingLoop(const TrainConfig& config, const RankEnv& env, TrainInputs& inputs,
+                           const Evaluation& eval, const RankEngine& engine, torch::Device device,
+                           std::string out_dir, int64_t start)
+    : config_(config),
+      lead_(env.rank == 0),
+      inputs_(inputs),
+      eval_(eval),
+      engine_(*engine.engine),
+      group_(engine.group),
+      device_(device),
+      out_dir_(std::move(out_dir)),
+      start_(start) {
+  if (lead_) metrics_.emplace(out_dir_, start_ > 0 ? start_ : -1);
+  eval_ctx_.engine = &engine_;
+  eval_ctx_.group = group_;
+  eval_ctx_.device = device_;
+  eval_ctx_.rank = env.rank;
+  eval_ctx_.world_size = env.world_size;
+  eval_ctx_.rows_per_call = std::max<int64_t>(64, config_.engine.micro_batch_size_per_gpu);
+  summary_.output_dir = out_dir_;
+}
+
+void TrainingLoop::evaluate(int64_t step) {
+  EvalResult r = eval_.task ? evaluate_addition(eval_ctx_, *eval_.task, eval_.val_size)
+                            : evaluate_loss(eval_ctx_, *eval_.files);
+  if (!lead_) return;
+  print_eval(r, step);
+  nlohmann::json line = {{"step", step}, {"val_loss", r.val_loss}};
+  if (r.has_accuracy) {
+    line["accuracy"] = r.accuracy;
+    line["correct"] = r.correct;
+    line["total"] = r.total;
+    summary_.has_accuracy = true;
+    if (first_eval_) summary_.first_accuracy = r.accuracy;
+    summary_.last_accuracy = r.accuracy;
+    summary_.best_accuracy = std::max(summary_.best_accuracy, r.accuracy);
+  }
+  summary_.has_val_loss = true;
+  summary_.last_val_loss = r.val_loss;
+  first_eval_ = false;
+  metrics_->write(line);
+}
+
+void TrainingLoop::train_step(int64_t step) {
+  const auto step_start = Clock::now();
+  std::vector<Example> examples;
+  for (int64_t index : inputs_.sampler.indices(step - 1)) examples.push_back(inputs_.train->get(index));
+  Batch batch = collate(examples);
+  for (const auto& name : inputs_.required) {
+    if (!batch.has(name)) {
+      throw EngineryError("loss.type = " + config_.loss.type + " needs \"" + name + "\" in every example",
+                          config_.data.train_files, "per-token arrays in the .jsonl rows");
+    }
+  }
+  BatchOutput out = engine_.train_batch(batch, inputs_.loss_fn);
+  const double local_loss = out.loss.defined() ? out.loss.item<double>() : 0.0;
+  const auto sums = all_reduce(group_,
+                               {local_loss, batch.at("attention_mask").sum().item<double>(),
+                                batch.at("loss_mask").sum().item<double>()},
+                               c10d::ReduceOp::SUM, device_);
+  const double grad_norm = out.grad_norm.defined() ? out.grad_norm.item<double>() : 0.0;
+  const double step_seconds = seconds_since(step_start);
+  train_seconds_ += step_seconds;
+  tokens_done_ += sums[1];
+  const double tokens_per_s = train_seconds_ > 0 ? tokens_done_ / train_seconds_ : 0.0;
+  if (lead_) record_step(step, out, sums, grad_norm, step_seconds, tokens_per_s);
+}
+
+// Rank 0: the step's metrics line, the summary's running values, and the progress line at log_freq.
+void TrainingLoop::record_step(int64_t step, const BatchOutput& out, const std::vector<double>& sums,
+                               double grad_norm, double step_seconds, double tokens_per_s) {
+  const int64_t total = inputs_.total;
+  nlohmann::json line = {{"step", step},
+                         {"epoch", inputs_.sampler.epoch_of(step - 1)},
+                         {"loss", sums[0]},
+                         {"grad_norm", grad_norm},
+                         {"lr", out.lr},
+                         {"tokens_per_s", tokens_per_s},
+                         {"tokens", sums[1]},
+                         {"target_tokens", sums[2]},
+                         {"step_time_s", step_seconds}};
+  for (const auto& [name, value] : out.metrics) line[name] = value.item<double>();
+  metrics_->write(line);
+  if (first_step_) summary_.first_loss = sums[0];
+  first_step_ = false;
+  summary_.last_loss = sums[0];
+  summary_.steps = step;
+  if (step % config_.trainer.log_freq == 0 || step == total || step == start_ + 1) {
+    StepLine progress{step, total, sums[0], grad_norm, out.lr, tokens_per_s,
+                      train_seconds_ / static_cast<double>(step - start_) * static_cast<double>(total - step)};
+    std::cout << format_step(progress) << "\n" << std::flush;
+  }
+}
+
+// The whole directory is built under a temporary name and published by rank 0 once the engine's files and the
+// data position are on disk (checkpoint_state.h); retention is ours, counting only resumable ones.
+void TrainingLoop::save_checkpoint(int64_t step) {
+  const std::string dir = checkpoint_dir(out_dir_, step);
+  if (lead_) begin_checkpoint(out_dir_, step);
+  barrier(group_, device_);
+  engine_.save_checkpoint(engine_checkpoint_dir(temp_checkpoint_dir(out_dir_, step)), step, 0);
+  barrier(group_, device_);  // every rank's engine save returned
+  if (lead_) {
+    const ShardedSampler& sampler = inputs_.sampler;
+    TrainerState state{step, sampler.epoch_of(step), step % sampler.steps_per_epoch(), config_.data.seed,
+                       config_.data.train_batch_size};
+    commit_checkpoint(out_dir_, state, config_.trainer.max_ckpt_to_keep);
+    ++summary_.checkpoints;
+    std::cout << "checkpoint saved: " << dir << "\n" << std::flush;
+  }
+}
+
+void TrainingLoop::run() {
+  if (eval_.enabled && config_.trainer.val_before_train && start_ == 0) evaluate(0);
+  const auto run_start = Clock::now();
+  const int64_t total = inputs_.total;
+  for (int64_t step = start_ + 1; step <= total; ++step) {
+    train_step(step);
+    const bool last = step == total;
+    if (eval_.enabled && (step % config_.trainer.test_freq == 0 || last)) evaluate(step);
+    if (config_.trainer.save_freq > 0 && (step % config_.trainer.save_freq == 0 || last)) save_checkpoint(step);
+  }
+  barrier(group_, device_);
+  if (lead_) {
+    summary_.wall_s = seconds_since(run_start);
+    write_summary();
+  }
+}
+
+void TrainingLoop::write_summary() {
+  summary_.tokens_per_s = train_seconds_ > 0 ? tokens_done_ / train_seconds_ : 0.0;
+  const std::string table = format_summary(summary_);
+  std::cout << "\n" << table << std::flush;
+  std::ofstream(fs::path(out_dir_) / "summary.txt", std::ios::trunc) << table;
 }
 
 }  // namespace
@@ -81,197 +349,13 @@ int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector
 
   const std::string device_name = resolve_device(config);
   const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::kCPU;
-
-  // Data first: the step count it implies goes into the optimizer's config.
-  auto train = open_dataset(config.data.train_files, "train", config.data.max_length, config.data.digits,
-                            config.data.train_size, static_cast<uint64_t>(config.data.seed));
-  ShardedSampler sampler(train->size(), config.data.train_batch_size, env.rank, env.world_size,
-                         static_cast<uint64_t>(config.data.seed), config.data.shuffle);
-  const int64_t total = config.trainer.total_training_steps > 0
-                            ? config.trainer.total_training_steps
-                            : config.trainer.total_epochs * sampler.steps_per_epoch();
-  config.optim.total_training_steps = total;
-  const LossFn loss_fn = make_loss(config.loss);
-  const auto required = required_inputs(config.loss);
-
-  Evaluation eval;
-  eval.enabled = config.trainer.test_freq > 0 && config.model_type() == "language_model";
-  if (eval.enabled) {
-    if (is_builtin_addition(config.data.train_files) && config.data.val_files.empty()) {
-      eval.task.emplace(config.data.digits, static_cast<uint64_t>(config.data.seed));
-      eval.val_size = config.data.val_size;
-    } else if (!config.data.val_files.empty()) {
-      eval.files = open_dataset(config.data.val_files, "val", config.data.max_length, config.data.digits,
-                                config.data.val_size, static_cast<uint64_t>(config.data.seed));
-    } else {
-      eval.enabled = false;
-    }
-  }
-
-  // Rendezvous, process group, engine.
-  auto store = rendezvous(env);
-  auto group = device_name == "cuda" ? compat::make_nccl_group(store, static_cast<int>(env.rank),
-                                                               static_cast<int>(env.world_size))
-                                     : compat::make_gloo_group(store, static_cast<int>(env.rank),
-                                                               static_cast<int>(env.world_size));
-  EngineRegistry registry;
-  const PluginLoadReport report = load_plugins(registry, plugin_path, lead ? &std::cerr : nullptr);
-  check_engine_available(registry, report, config, device_name, env.world_size);
-  EngineArgs args;
-  args.device = device_name;
-  args.rank = env.rank;
-  args.world_size = env.world_size;
-  args.local_rank = env.local_rank;
-  args.world_group = group;
-  args.store = store;
-  args.model = config.model;
-  args.engine = config.engine;
-  args.optim = config.optim;
-  args.checkpoint = config.checkpoint;
-  auto engine = create_engine(registry, config, args);
-  engine->initialize();
-  if (lead) {
-    std::cout << "engine: " << config.model_type() << " / " << config.engine.strategy << " on " << device_name
-              << " x " << env.world_size << " ranks (" << (device_name == "cuda" ? "NCCL" : "Gloo") << ")\n"
-              << "model: " << config.model.path << "\n"
-              << "data: " << train->describe() << ", " << sampler.steps_per_epoch() << " steps per epoch\n"
-              << "output: " << out_dir << "\n";
-  }
-
-  // Resume.
-  int64_t start = 0;
-  if (config.trainer.resume_mode == "auto") {
-    if (auto state = find_latest_checkpoint(out_dir)) {
-      if (state->data_seed != config.data.seed || state->train_batch_size != config.data.train_batch_size) {
-        throw EngineryError("checkpoint global_step_" + std::to_string(state->global_step) +
-                                " was written with data.seed " + std::to_string(state->data_seed) +
-                                " and data.train_batch_size " + std::to_string(state->train_batch_size) +
-                                "; resuming with other values would not continue the same data order",
-                            out_dir, "the seed and batch size it was saved with");
-      }
-      engine->load_checkpoint(engine_checkpoint_dir(checkpoint_dir(out_dir, state->global_step)));
-      start = state->global_step;
-      if (lead) {
-        std::cout << "resumed from " << checkpoint_dir(out_dir, start) << " (epoch " << state->epoch << ", step "
-                  << state->step_in_epoch << " of the epoch)\n";
-      }
-    } else if (lead) {
-      std::cout << "no complete checkpoint in " << out_dir << ": starting from step 0\n";
-    }
-  }
-  std::optional<MetricsLog> metrics;
-  if (lead) metrics.emplace(out_dir, start > 0 ? start : -1);
-
-  EvalContext eval_ctx;
-  eval_ctx.engine = engine.get();
-  eval_ctx.group = group;
-  eval_ctx.device = device;
-  eval_ctx.rank = env.rank;
-  eval_ctx.world_size = env.world_size;
-  eval_ctx.rows_per_call = std::max<int64_t>(64, config.engine.micro_batch_size_per_gpu);
-
-  RunSummary summary;
-  summary.output_dir = out_dir;
-  bool first_eval = true, first_step = true;
-  auto run_eval = [&](int64_t step) {
-    EvalResult r = eval.task ? evaluate_addition(eval_ctx, *eval.task, eval.val_size)
-                             : evaluate_loss(eval_ctx, *eval.files);
-    if (!lead) return;
-    print_eval(r, step);
-    nlohmann::json line = {{"step", step}, {"val_loss", r.val_loss}};
-    if (r.has_accuracy) {
-      line["accuracy"] = r.accuracy;
-      line["correct"] = r.correct;
-      line["total"] = r.total;
-      summary.has_accuracy = true;
-      if (first_eval) summary.first_accuracy = r.accuracy;
-      summary.last_accuracy = r.accuracy;
-      summary.best_accuracy = std::max(summary.best_accuracy, r.accuracy);
-    }
-    summary.has_val_loss = true;
-    summary.last_val_loss = r.val_loss;
-    first_eval = false;
-    metrics->write(line);
-  };
-
-  if (eval.enabled && config.trainer.val_before_train && start == 0) run_eval(0);
-
-  const auto run_start = Clock::now();
-  double train_seconds = 0.0, tokens_done = 0.0;
-  for (int64_t step = start + 1; step <= total; ++step) {
-    const auto step_start = Clock::now();
-    std::vector<Example> examples;
-    for (int64_t index : sampler.indices(step - 1)) examples.push_back(train->get(index));
-    Batch batch = collate(examples);
-    for (const auto& name : required) {
-      if (!batch.has(name)) {
-        throw EngineryError("loss.type = " + config.loss.type + " needs \"" + name + "\" in every example",
-                            config.data.train_files, "per-token arrays in the .jsonl rows");
-      }
-    }
-    BatchOutput out = engine->train_batch(batch, loss_fn);
-    const double local_loss = out.loss.defined() ? out.loss.item<double>() : 0.0;
-    const auto sums = all_reduce(group,
-                                 {local_loss, batch.at("attention_mask").sum().item<double>(),
-                                  batch.at("loss_mask").sum().item<double>()},
-                                 c10d::ReduceOp::SUM, device);
-    const double grad_norm = out.grad_norm.defined() ? out.grad_norm.item<double>() : 0.0;
-    const double step_seconds = seconds_since(step_start);
-    train_seconds += step_seconds;
-    tokens_done += sums[1];
-    const double tokens_per_s = train_seconds > 0 ? tokens_done / train_seconds : 0.0;
-
-    if (lead) {
-      nlohmann::json line = {{"step", step},
-                             {"epoch", sampler.epoch_of(step - 1)},
-                             {"loss", sums[0]},
-                             {"grad_norm", grad_norm},
-                             {"lr", out.lr},
-                             {"tokens_per_s", tokens_per_s},
-                             {"tokens", sums[1]},
-                             {"target_tokens", sums[2]},
-                             {"step_time_s", step_seconds}};
-      for (const auto& [name, value] : out.metrics) line[name] = value.item<double>();
-      metrics->write(line);
-      if (first_step) summary.first_loss = sums[0];
-      first_step = false;
-      summary.last_loss = sums[0];
-      summary.steps = step;
-      if (step % config.trainer.log_freq == 0 || step == total || step == start + 1) {
-        StepLine progress{step, total, sums[0], grad_norm, out.lr, tokens_per_s,
-                          train_seconds / static_cast<double>(step - start) * static_cast<double>(total - step)};
-        std::cout << format_step(progress) << "\n" << std::flush;
-      }
-    }
-
-    const bool last = step == total;
-    if (eval.enabled && (step % config.trainer.test_freq == 0 || last)) run_eval(step);
-    if (config.trainer.save_freq > 0 && (step % config.trainer.save_freq == 0 || last)) {
-      // The whole directory is built under a temporary name and published by rank 0 once the engine's files and
-      // the data position are on disk (checkpoint_state.h); retention is ours, counting only resumable ones.
-      const std::string dir = checkpoint_dir(out_dir, step);
-      if (lead) begin_checkpoint(out_dir, step);
-      barrier(group, device);
-      engine->save_checkpoint(engine_checkpoint_dir(temp_checkpoint_dir(out_dir, step)), step, 0);
-      barrier(group, device);  // every rank's engine save returned
-      if (lead) {
-        TrainerState state{step, sampler.epoch_of(step), step % sampler.steps_per_epoch(), config.data.seed,
-                           config.data.train_batch_size};
-        commit_checkpoint(out_dir, state, config.trainer.max_ckpt_to_keep);
-        ++summary.checkpoints;
-        std::cout << "checkpoint saved: " << dir << "\n" << std::flush;
-      }
-    }
-  }
-  barrier(group, device);
-
-  if (lead) {
-    summary.wall_s = seconds_since(run_start);
-    summary.tokens_per_s = train_seconds > 0 ? tokens_done / train_seconds : 0.0;
-    const std::string table = format_summary(summary);
-    std::cout << "\n" << table << std::flush;
-    std::ofstream(fs::path(out_dir) / "summary.txt", std::ios::trunc) << table;
-  }
+  TrainInputs inputs = open_train_inputs(config, env);
+  const Evaluation eval = open_evaluation(config);
+  RankEngine engine;
+  build_engine(engine, config, env, device_name, plugin_path);
+  if (lead) print_banner(config, env, device_name, inputs, out_dir);
+  const int64_t start = resume(config, *engine.engine, out_dir, lead);
+  TrainingLoop(config, env, inputs, eval, engine, device, out_dir, start).run();
   return 0;
 }
 

@@ -1,11 +1,11 @@
 #pragma once
-// One rank of `enginery train` (DESIGN §2 steps 3-7): rendezvous, engine, data, the loop with progress, metrics,
-// evaluation and checkpoints, and the summary.
+// One rank of `enginery train` (docs/ARCHITECTURE.md, "Launching ranks" and "One step"): rendezvous, engine, data,
+// the loop with progress, metrics, evaluation and checkpoints, and the summary.
 #include <string>
 #include <vector>
 
+#include "launch/rank_env.h"
 #include "registry/plugin_loader.h"
-#include "trainer/launcher.h"
 #include "trainer/train_config.h"
 
 namespace enginery {

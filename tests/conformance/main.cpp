@@ -2,17 +2,17 @@
 //   enginery_conformance_tests --plugin-dir D [--backend B] [--model-type M] [--device cpu|cuda] [--model P]
 //                              [--check GLOB] [--list] [--gtest_*...]
 //   enginery_conformance_tests --rank-worker SPEC   (started by the suite itself for the multi-rank check)
-#include <filesystem>
 #include <iostream>
 #include <string>
 
-#include "tests/conformance/conformance.h"
-#include "tests/conformance/rank_worker.h"
+#include "conformance/conformance.h"
+#include "conformance/rank_worker.h"
+#include "launch/spawn.h"
 
 int main(int argc, char** argv) {
   using namespace enginery::conformance;
   SuiteOptions options;
-  options.self_command = {std::filesystem::read_symlink("/proc/self/exe").string()};
+  options.self_command = {enginery::self_executable()};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {

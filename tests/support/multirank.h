@@ -1,10 +1,11 @@
 #pragma once
-// Multi-rank tests with real processes (DESIGN §6): a GoogleTest body calls run_ranks(N, body). In the test
-// process (the "parent") that spawns N copies of the test binary (posix_spawn of /proc/self/exe) filtered to the
-// current test, with ENGINERY_TEST_RANK / ENGINERY_TEST_WORLD_SIZE / ENGINERY_TEST_STORE / ENGINERY_TEST_DIR set;
-// waits for all of them (with a timeout, killing stragglers); and fails the test once per failed rank with its
-// exit status and the tail of its output. In a spawned copy ("rank process") the same call builds a FileStore and
-// a Gloo group and runs body(ctx); gtest assertions inside the body fail that rank.
+// Multi-rank tests with real processes (docs/ARCHITECTURE.md, "Launching ranks"): a GoogleTest body calls
+// run_ranks(N, body). In the test process (the "parent") that spawns N copies of the test binary (spawn_ranks of
+// launch/spawn.h) filtered to the current test, with ENGINERY_TEST_RANK / ENGINERY_TEST_WORLD_SIZE /
+// ENGINERY_TEST_STORE / ENGINERY_TEST_DIR set; waits for all of them (with a timeout, killing stragglers); and
+// fails the test once per failed rank with its exit status and the tail of its output. In a spawned copy ("rank
+// process") the same call builds a FileStore and a Gloo group (launch/world_group.h) and runs body(ctx); gtest
+// assertions inside the body fail that rank.
 //
 //   TEST(MyArea, Allreduce) {
 //     enginery::testing::run_ranks(2, [](const enginery::testing::RankContext& ctx) {

@@ -1,11 +1,11 @@
-// `enginery conformance --plugin-dir D [--backend B]`: runs the per-plugin conformance suite (tests/conformance)
-// in this process; the suite is linked into the executable (library enginery_conformance, GoogleTest included).
+// `enginery conformance --plugin-dir D [--backend B]`: runs the per-plugin conformance suite (conformance/) in
+// this process; the suite is linked into the executable (library enginery_conformance, GoogleTest included).
 // Exit status 0 only when every selected check passed (or was skipped for a capability the manifest lacks).
-#include <filesystem>
 #include <string>
 
-#include "tests/conformance/conformance.h"
-#include "tests/conformance/rank_worker.h"
+#include "conformance/conformance.h"
+#include "conformance/rank_worker.h"
+#include "launch/spawn.h"
 #include "trainer/command.h"
 
 namespace enginery {
@@ -35,7 +35,7 @@ const CommandRegistration kConformance(
       sub.add_option(conformance::kRankWorkerFlag, *worker_spec)->group("");
       return [options, worker_spec]() {
         if (!worker_spec->empty()) return conformance::run_rank_worker(*worker_spec);
-        options->self_command = {std::filesystem::read_symlink("/proc/self/exe").string(), "conformance"};
+        options->self_command = {self_executable(), "conformance"};
         return conformance::run_suite(*options);
       };
     });

@@ -3,9 +3,10 @@
 #include <iostream>
 
 #include "host_api/error.h"
+#include "launch/local_launch.h"
+#include "launch/spawn.h"
 #include "trainer/command.h"
 #include "trainer/engine_factory.h"
-#include "trainer/launcher.h"
 #include "trainer/preflight.h"
 #include "trainer/train_loop.h"
 

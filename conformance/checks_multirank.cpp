@@ -5,11 +5,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "conformance/data.h"
+#include "conformance/engine_setup.h"
+#include "conformance/rank_worker.h"
+#include "conformance/target.h"
 #include "support/torch_compat.h"
-#include "tests/conformance/data.h"
-#include "tests/conformance/engine_setup.h"
-#include "tests/conformance/rank_worker.h"
-#include "tests/conformance/target.h"
 
 namespace enginery {
 namespace conformance {
@@ -49,7 +49,7 @@ void check_world_size_parity(const Target& target) {
   std::vector<std::string> argv = target.self_command;
   argv.push_back(kRankWorkerFlag);
   argv.push_back(base + ".json");
-  const std::vector<RankResult> ranks = spawn_ranks(argv, kWorldSize, 180.0, base);
+  const SpawnResult ranks = spawn_rank_workers(argv, kWorldSize, 180.0, base);
 
   // The single-rank reference (after the ranks have finished); its error is reported after theirs.
   ParamList single;
@@ -62,11 +62,11 @@ void check_world_size_parity(const Target& target) {
   }
 
   bool ranks_ok = true;
-  for (const RankResult& rank : ranks) {
-    if (rank.exit_status != 0) {
+  for (const RankExit& rank : ranks.ranks) {
+    if (!rank.ok()) {
       ranks_ok = false;
-      ADD_FAILURE() << "rank " << rank.rank << " of " << kWorldSize << " exited with " << rank.exit_status << ":\n"
-                    << rank.log;
+      ADD_FAILURE() << "rank " << rank.rank << " of " << kWorldSize << " " << rank.describe() << ":\n"
+                    << read_log(base + ".rank" + std::to_string(rank.rank) + ".log");
     }
   }
   ASSERT_EQ(single_error, "") << "the world-size-1 reference run failed";

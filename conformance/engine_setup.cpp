@@ -1,14 +1,14 @@
-#include "tests/conformance/engine_setup.h"
+#include "conformance/engine_setup.h"
 
 #include <stdlib.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include "host_api/error.h"
 #include "host_api/precision.h"
+#include "launch/world_group.h"
 #include "support/torch_compat.h"
 
 namespace enginery {
@@ -48,11 +48,9 @@ void attach_world_group(EngineArgs& args, const std::string& store_file, int64_t
   args.rank = rank;
   args.local_rank = rank;  // the suite's ranks all run on this host
   args.world_size = world_size;
-  args.store = c10::make_intrusive<c10d::FileStore>(store_file, static_cast<int>(world_size));
-  if (args.device == "cuda" && compat::has_nccl()) {
-    args.world_group = compat::make_nccl_group(args.store, static_cast<int>(rank), static_cast<int>(world_size));
-  } else if (args.device == "cpu" && compat::has_gloo()) {
-    args.world_group = compat::make_gloo_group(args.store, static_cast<int>(rank), static_cast<int>(world_size));
+  args.store = make_file_store(store_file, world_size);
+  if ((args.device == "cuda" || args.device == "cpu") && has_world_group(args.device)) {
+    args.world_group = make_world_group(args.store, rank, world_size, args.device);
   } else if (world_size > 1) {
     throw EngineryError("no process group for device " + args.device + " in this build", "conformance",
                         "Gloo on cpu, NCCL on cuda");

@@ -1,4 +1,4 @@
-#include "tests/conformance/target.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {

@@ -5,9 +5,9 @@
 
 #include "host_api/error.h"
 #include "models/model_factory.h"
-#include "tests/conformance/data.h"
-#include "tests/conformance/engine_setup.h"
-#include "tests/conformance/target.h"
+#include "conformance/data.h"
+#include "conformance/engine_setup.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "tests/conformance/data.h"
-#include "tests/conformance/engine_setup.h"
-#include "tests/conformance/target.h"
+#include "conformance/data.h"
+#include "conformance/engine_setup.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {
@@ -61,7 +61,7 @@ void check_output_contract(const Target& target) {
     EXPECT_TRUE((cpu.select(1, 0) == 0).all().item<bool>()) << "log_probs[:, 0] must be 0 (batch.h alignment)";
     EXPECT_TRUE((cpu.masked_select(real) <= 0).all().item<bool>()) << "log-probabilities above 0";
   }
-  // The loss is the global token mean, never a mean over micro-batches (DESIGN §3).
+  // The loss is the global token mean, never a mean over micro-batches (docs/ARCHITECTURE.md, "The contract").
   const double expected = reference_mean_loss(target, head, batch);
   EXPECT_NEAR(out.loss.item<double>(), expected, 1e-5 * std::abs(expected))
       << "BatchOutput.loss is not the token mean over the whole batch";

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "conformance/target.h"
 #include "host_api/base_engine.h"
-#include "tests/conformance/target.h"
 
 namespace enginery {
 namespace conformance {

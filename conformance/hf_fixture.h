@@ -3,7 +3,7 @@
 // get_per_tensor_param check has an independent reference for HF names, shapes and values.
 #include <string>
 
-#include "tests/conformance/data.h"
+#include "conformance/data.h"
 
 namespace enginery {
 namespace conformance {

@@ -1,4 +1,4 @@
-// A stand-in rank for the launcher tests. Arguments: fail_rank=<r> exit=<code> stubborn delay_ms=<ms>.
+// A stand-in rank for the launch tests. Arguments: fail_rank=<r> exit=<code> stubborn delay_ms=<ms>.
 // Rank fail_rank prints two lines and exits with `exit` after delay_ms; the others print a line and sleep (ignoring
 // SIGTERM when `stubborn`), so only the launcher can end them.
 #include <csignal>

@@ -1,4 +1,4 @@
-#include "tests/conformance/hf_fixture.h"
+#include "conformance/hf_fixture.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

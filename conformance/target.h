@@ -12,7 +12,7 @@
 namespace enginery {
 namespace conformance {
 
-// Capability vocabulary (tests/conformance/README.md): "precision-<device>-<fp32|bf16|fp16>",
+// Capability vocabulary (conformance/README.md): "precision-<device>-<fp32|bf16|fp16>",
 // "checkpoint-same-world", "multi-rank", "grad-scaler".
 struct Target {
   EngineKey key;

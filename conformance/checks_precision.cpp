@@ -2,12 +2,12 @@
 // forward really computes in that dtype, and that bad config values are refused with the field named.
 #include <gtest/gtest.h>
 
+#include "conformance/data.h"
+#include "conformance/engine_setup.h"
+#include "conformance/target.h"
 #include "host_api/config_support.h"
 #include "host_api/error.h"
 #include "host_api/precision.h"
-#include "tests/conformance/data.h"
-#include "tests/conformance/engine_setup.h"
-#include "tests/conformance/target.h"
 
 namespace enginery {
 namespace conformance {

@@ -1,4 +1,4 @@
-#include "tests/conformance/data.h"
+#include "conformance/data.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

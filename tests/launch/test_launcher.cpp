@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "trainer/launcher.h"
+#include "launch/local_launch.h"
 
 namespace enginery {
 namespace {

@@ -8,9 +8,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "conformance/conformance.h"
+#include "conformance/target.h"
 #include "registry/plugin_loader.h"
-#include "tests/conformance/conformance.h"
-#include "tests/conformance/target.h"
 
 namespace enginery {
 namespace conformance {
@@ -92,23 +92,11 @@ std::string device_skip(const std::string& device) {
   return "the suite does not know device '" + device + "'";
 }
 
-}  // namespace
-
-std::vector<std::string> check_names() {
-  std::vector<std::string> names;
-  for (const Check& check : all_checks()) names.push_back(check.name);
-  return names;
-}
-
-int run_suite(const SuiteOptions& options) {
-  if (options.plugin_dir.empty()) {
-    std::cerr << "conformance: --plugin-dir is required" << std::endl;
-    return 2;
-  }
-  // Plugins are never unloaded and engines keep their libraries alive: the registry lives until exit.
+// Plugins are never unloaded and engines keep their libraries alive: the registry lives until exit.
+EngineRegistry* load_registry(const SuiteOptions& options, PluginLoadReport& load) {
   auto* registry = new EngineRegistry();
   PluginLoader loader({{std::filesystem::absolute(options.plugin_dir), "--plugin-dir", true}});
-  const PluginLoadReport load = loader.load(*registry);
+  load = loader.load(*registry);
   std::cout << "conformance: plugin dir " << options.plugin_dir.string() << "\n";
   for (const LoadedPlugin& plugin : load.loaded) {
     std::cout << "  loaded  " << plugin.manifest.name << " " << plugin.manifest.version << " ("
@@ -118,7 +106,12 @@ int run_suite(const SuiteOptions& options) {
     std::cout << "  REJECTED " << (plugin.name.empty() ? plugin.path.string() : plugin.name) << ": " << plugin.reason
               << "\n";
   }
+  return registry;
+}
 
+// The registered engines the options select, as targets (alive until exit: the registered tests point at them).
+// None selected: prints what is registered and returns an empty list.
+std::vector<Target>* select_targets(const SuiteOptions& options, EngineRegistry* registry) {
   auto* targets = new std::vector<Target>();
   std::vector<std::string> registered;
   for (const EngineInfo& info : registry->list()) {
@@ -142,22 +135,23 @@ int run_suite(const SuiteOptions& options) {
     for (const std::string& line : registered) std::cout << "\n  " << line;
     if (registered.empty()) std::cout << " none";
     std::cout << std::endl;
-    return 1;
   }
+  return targets;
+}
 
-  if (options.list_only) {
-    for (const Target& target : *targets) {
-      const std::string target_skip = device_skip(target.key.device);
-      for (const Check& check : all_checks()) {
-        std::string reason = target_skip.empty() && check.skip_reason ? check.skip_reason(target) : target_skip;
-        std::cout << "  " << target.suite_name() << "." << check.name
-                  << (reason.empty() ? "" : "  [skipped: " + reason + "]") << "\n      " << check.what << "\n";
-      }
+void list_checks(const std::vector<Target>& targets) {
+  for (const Target& target : targets) {
+    const std::string target_skip = device_skip(target.key.device);
+    for (const Check& check : all_checks()) {
+      std::string reason = target_skip.empty() && check.skip_reason ? check.skip_reason(target) : target_skip;
+      std::cout << "  " << target.suite_name() << "." << check.name
+                << (reason.empty() ? "" : "  [skipped: " + reason + "]") << "\n      " << check.what << "\n";
     }
-    return 0;
   }
+}
 
-  for (const Target& target : *targets) {
+void register_checks(const std::vector<Target>& targets) {
+  for (const Target& target : targets) {
     const std::string target_skip = device_skip(target.key.device);
     for (const Check& check : all_checks()) {
       const Check* check_ptr = &check;
@@ -166,7 +160,10 @@ int run_suite(const SuiteOptions& options) {
                             [=]() -> testing::Test* { return new CheckTest(check_ptr, target_ptr, target_skip); });
     }
   }
+}
 
+// Runs the registered tests selected by the check filter; returns GoogleTest's status and fills `report`.
+int run_checks(const SuiteOptions& options, ReportListener*& report) {
   std::vector<std::string> args = {"enginery-conformance", "--gtest_filter=" + gtest_filter(options.check_filter)};
   args.insert(args.end(), options.gtest_args.begin(), options.gtest_args.end());
   std::vector<char*> argv;
@@ -174,19 +171,51 @@ int run_suite(const SuiteOptions& options) {
   argv.push_back(nullptr);
   int argc = static_cast<int>(args.size());
   testing::InitGoogleTest(&argc, argv.data());
-  auto* report = new ReportListener();
+  report = new ReportListener();
   testing::UnitTest::GetInstance()->listeners().Append(report);  // owned by GoogleTest from here
-  const int gtest_status = RUN_ALL_TESTS();
+  return RUN_ALL_TESTS();
+}
 
-  int passed = 0, failed = 0, skipped = 0;
+// One line per check; returns the number of failed checks and counts the passed and skipped ones.
+int print_report(const SuiteOptions& options, const ReportListener& report, int& passed, int& skipped) {
+  int failed = 0;
   std::cout << "\nconformance report (" << options.plugin_dir.string() << ", model " << options.model_path << ")\n";
-  for (const ReportLine& line : report->lines) {
+  for (const ReportLine& line : report.lines) {
     (line.status == "PASS" ? passed : line.status == "FAIL" ? failed : skipped)++;
     std::cout << "  " << line.status << "  " << std::left << std::setw(32) << line.suite << std::setw(34) << line.check
               << std::right << std::fixed << std::setprecision(1) << std::setw(6) << line.seconds << " s"
               << (line.detail.empty() ? "" : "  " + line.detail) << "\n";
   }
   std::cout << passed << " passed, " << failed << " failed, " << skipped << " skipped" << std::endl;
+  return failed;
+}
+
+}  // namespace
+
+std::vector<std::string> check_names() {
+  std::vector<std::string> names;
+  for (const Check& check : all_checks()) names.push_back(check.name);
+  return names;
+}
+
+int run_suite(const SuiteOptions& options) {
+  if (options.plugin_dir.empty()) {
+    std::cerr << "conformance: --plugin-dir is required" << std::endl;
+    return 2;
+  }
+  PluginLoadReport load;
+  EngineRegistry* registry = load_registry(options, load);
+  const std::vector<Target>* targets = select_targets(options, registry);
+  if (targets->empty()) return 1;
+  if (options.list_only) {
+    list_checks(*targets);
+    return 0;
+  }
+  register_checks(*targets);
+  ReportListener* report = nullptr;
+  const int gtest_status = run_checks(options, report);
+  int passed = 0, skipped = 0;
+  const int failed = print_report(options, *report, passed, skipped);
   if (!load.rejected.empty()) std::cout << load.rejected.size() << " plugin(s) rejected (see above)" << std::endl;
   return (gtest_status == 0 && failed == 0 && passed + skipped > 0) ? 0 : 1;
 }

@@ -7,10 +7,10 @@
 #include <map>
 #include <set>
 
-#include "tests/conformance/data.h"
-#include "tests/conformance/engine_setup.h"
-#include "tests/conformance/hf_fixture.h"
-#include "tests/conformance/target.h"
+#include "conformance/data.h"
+#include "conformance/engine_setup.h"
+#include "conformance/hf_fixture.h"
+#include "conformance/target.h"
 
 namespace enginery {
 namespace conformance {

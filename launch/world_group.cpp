@@ -1,0 +1,35 @@
+#include "launch/world_group.h"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace enginery {
+
+c10::intrusive_ptr<c10d::Store> make_tcp_store(const RankEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(env.master_port);
+  options.isServer = env.rank == 0;
+  options.numWorkers = static_cast<std::size_t>(env.world_size);
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+}
+
+c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int64_t world_size) {
+  return c10::make_intrusive<c10d::FileStore>(path, static_cast<int>(world_size));
+}
+
+c10::intrusive_ptr<compat::CommGroup> make_world_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                                       int64_t world_size, const std::string& device) {
+  const int r = static_cast<int>(rank);
+  const int n = static_cast<int>(world_size);
+  return device == "cuda" ? compat::make_nccl_group(store, r, n) : compat::make_gloo_group(store, r, n);
+}
+
+bool has_world_group(const std::string& device) {
+  return device == "cuda" ? compat::has_nccl() : compat::has_gloo();
+}
+
+const char* world_group_backend(const std::string& device) { return device == "cuda" ? "NCCL" : "Gloo"; }
+
+}  // namespace enginery

@@ -1,0 +1,30 @@
+#pragma once
+// The world every rank joins before it builds an engine (docs/ARCHITECTURE.md, "Launching ranks"): a store for the
+// rendezvous, then the process group over all ranks that the host hands to the engine as EngineArgs::world_group.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "support/torch_compat.h"
+#include "launch/rank_env.h"
+
+namespace enginery {
+
+// Rank 0 serves a TCPStore on env.master_addr:env.master_port, the others connect; returns once every rank has.
+c10::intrusive_ptr<c10d::Store> make_tcp_store(const RankEnv& env,
+                                               std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+// A FileStore: ranks of one host meeting through a file none of them has used before.
+c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int64_t world_size);
+
+// The group over all ranks: NCCL for device "cuda", Gloo otherwise. A build without that backend throws.
+c10::intrusive_ptr<compat::CommGroup> make_world_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                                       int64_t world_size, const std::string& device);
+
+// Whether this build has the backend make_world_group picks for `device`.
+bool has_world_group(const std::string& device);
+
+// "NCCL" or "Gloo": the backend make_world_group picks for `device`, for messages.
+const char* world_group_backend(const std::string& device);
+
+}  // namespace enginery
