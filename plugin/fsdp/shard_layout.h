@@ -23,10 +23,10 @@ namespace fsdp {
 // selects it (layout_for_backend maps one onto the other).
 enum class ShardingLayout { kFlatParameter, kPerParameter };
 // "fsdp" | "fsdp2": the names checkpoint metadata records (plugin/fsdp/CHECKPOINT.md).
-const char* layout_name(ShardingLayout layout);
-ShardingLayout layout_from_name(const std::string& name, const std::string& where);
+ENGINERY_FSDP_API const char* layout_name(ShardingLayout layout);
+ENGINERY_FSDP_API ShardingLayout layout_from_name(const std::string& name, const std::string& where);
 // fsdp -> flat parameter; fsdp2 and veomni -> per parameter. Throws EngineryError for another backend.
-ShardingLayout layout_for_backend(const std::string& backend);
+ENGINERY_FSDP_API ShardingLayout layout_for_backend(const std::string& backend);
 
 // Elements [begin, end) of parameter `param` (flattened, unpadded) sit at shard[shard_offset, + (end - begin)) on a
 // rank. Checkpoints store these ranges, so any layout at any world size can read what another wrote.
