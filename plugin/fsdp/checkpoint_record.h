@@ -51,8 +51,8 @@ void to_words(const RankRecord& record, int64_t* words);
 // Reads kRankRecordWords words at `words`.
 RankRecord record_from_words(const int64_t* words);
 
-// Collective over `world` (every rank calls it, whatever its own outcome): every rank's record, indexed by world rank. The words travel on `device` (NCCL moves
-// device tensors only).
+// Collective over `world` (every rank calls it, whatever its own outcome): every rank's record, indexed by world
+// rank. The words travel on `device` (NCCL moves device tensors only).
 std::vector<RankRecord> all_gather_records(const Collectives& world, const RankRecord& mine,
                                            const torch::Device& device);
 

@@ -2,8 +2,8 @@
 //   1. rank 0 empties <parent>/.<name>.tmp; all agree it exists;
 //   2. every writing rank streams its files into it (sha256 on the fly) and fsyncs them; an HSDP run writes the
 //      model and optimizer from replica group 0 only, every rank writes its RNG state;
-//   3. all ranks exchange success, sizes and digests; on any failure rank 0 removes the temporary directory and
-//      every rank throws, the previous checkpoint untouched;
+//   3. all ranks exchange success, sizes and digests (checkpoint_record.h); on any failure rank 0 removes the
+//      temporary directory and every rank throws, the previous checkpoint untouched;
 //   4. rank 0 writes metadata.json last, fsyncs the directory, renames it into place, fsyncs the parent; only then
 //      retention removes old checkpoints (counted on disk, never the new one).
 #include <filesystem>
@@ -131,7 +131,7 @@ ckpt::FileRecord write_data_file(const fs::path& dir, ckpt::FileKind kind, const
 
 ckpt::FileRecord write_extra_file(const fs::path& dir, const RankFiles& rank) {
   const std::string text = ckpt::capture_rng(rank.device).dump() + "\n";
-  ckpt::FileWriter file((dir / ckpt::extra_file_name(rank.world_rank)).string());
+  ckpt::FileWriter file((dir / format_of(ckpt::FileKind::kExtra).file_name(rank.world_rank)).string());
   file.append(text.data(), text.size());
   const uint64_t bytes = file.bytes();
   return ckpt::FileRecord::written_file(bytes, file.finish(), rank.shard_rank);
