@@ -33,7 +33,8 @@ function(enginery_add_plugin name)
     set(host_api enginery_host_api)
   endif()
 
-  set(rpath "$ORIGIN/../../lib" "$ORIGIN/../../.." "$ORIGIN/../enginery_fsdp" "$ORIGIN")
+  # No entry for another plugin's directory: a plugin never links another plugin.
+  set(rpath "$ORIGIN/../../lib" "$ORIGIN/../../.." "$ORIGIN")
   if(ENGINERY_PLUGIN_EXTRA_RPATH)
     list(APPEND rpath ${ENGINERY_PLUGIN_EXTRA_RPATH})
   endif()

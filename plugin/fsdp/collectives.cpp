@@ -78,6 +78,29 @@ void Collectives::reduce_scatter_into(torch::Tensor& out, const torch::Tensor& i
   out.view(-1).copy_(full.narrow(0, rank_ * out.numel(), out.numel()));
 }
 
+void Collectives::scatter_into(torch::Tensor& out, const torch::Tensor& in, int64_t root) const {
+  if (rank_ == root) {
+    TORCH_CHECK(in.numel() == out.numel() * size_, "scatter_into: in has ", in.numel(), " elements, expected ",
+                out.numel() * size_);
+  }
+  if (size_ == 1) {
+    out.view(-1).copy_(in.view(-1));
+    return;
+  }
+  // Gloo and NCCL both scatter natively (c10d's list form); bf16 moves as fp16 for Gloo like a gather.
+  auto dst = as_gatherable(out.view(-1));
+  std::vector<torch::Tensor> outputs{dst};
+  std::vector<std::vector<torch::Tensor>> inputs;
+  if (rank_ == root) {
+    auto src = as_gatherable(in.contiguous().view(-1));
+    inputs.emplace_back();
+    for (int64_t r = 0; r < size_; ++r) inputs[0].push_back(src.narrow(0, r * dst.numel(), dst.numel()));
+  }
+  c10d::ScatterOptions opts;
+  opts.rootRank = root;
+  group_->scatter(outputs, inputs, opts)->wait();
+}
+
 void Collectives::all_reduce(torch::Tensor& t, ReduceOp op) const {
   if (size_ == 1) return;
   c10d::AllreduceOptions opts;

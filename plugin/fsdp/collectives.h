@@ -26,6 +26,9 @@ class ENGINERY_FSDP_API Collectives {
   void all_gather_into(torch::Tensor& out, const torch::Tensor& in) const;
   // out: [n]; in: [size * n]. out = sum over ranks of in[rank*n, (rank+1)*n) — always a SUM.
   void reduce_scatter_into(torch::Tensor& out, const torch::Tensor& in) const;
+  // out: [n] contiguous; in: [size * n], read on `root` only (may be undefined elsewhere). Rank r receives root's
+  // in[r*n, (r+1)*n).
+  void scatter_into(torch::Tensor& out, const torch::Tensor& in, int64_t root) const;
   void all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::kSum) const;
   void broadcast(torch::Tensor& t, int64_t root) const;
   void barrier() const;

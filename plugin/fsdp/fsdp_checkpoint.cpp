@@ -2,8 +2,8 @@
 //   1. rank 0 empties <parent>/.<name>.tmp; all agree it exists;
 //   2. every writing rank streams its files into it (sha256 on the fly) and fsyncs them; an HSDP run writes the
 //      model and optimizer from replica group 0 only, every rank writes its RNG state;
-//   3. all ranks exchange success, sizes and digests; on any failure rank 0 removes the temporary directory and
-//      every rank throws, the previous checkpoint untouched;
+//   3. all ranks exchange success, sizes and digests (checkpoint_record.h); on any failure rank 0 removes the
+//      temporary directory and every rank throws, the previous checkpoint untouched;
 //   4. rank 0 writes metadata.json last, fsyncs the directory, renames it into place, fsyncs the parent; only then
 //      retention removes old checkpoints (counted on disk, never the new one).
 #include <filesystem>
@@ -17,6 +17,7 @@
 #include "plugin/fsdp/checkpoint_format.h"
 #include "plugin/fsdp/checkpoint_plan.h"
 #include "plugin/fsdp/checkpoint_reader.h"
+#include "plugin/fsdp/checkpoint_record.h"
 #include "plugin/fsdp/fsdp_engine.h"
 
 namespace enginery {
@@ -59,27 +60,6 @@ Contents parse_contents(const std::vector<std::string>& names, bool saving, cons
   return c;
 }
 
-// The per-rank record exchanged after writing: [reserved, then per file slot: present, bytes, shard rank, 32 sha
-// bytes]. Slots: model, optimizer, extra.
-constexpr int64_t kSlots = 3;
-constexpr int64_t kSlotWords = 3 + 32;
-constexpr int64_t kRecordWords = 1 + kSlots * kSlotWords;
-
-void put_slot(torch::Tensor& record, int64_t slot, const ckpt::FileInfo& f, int64_t shard_rank) {
-  auto* w = record.data_ptr<int64_t>() + 1 + slot * kSlotWords;
-  w[0] = 1;
-  w[1] = static_cast<int64_t>(f.bytes);
-  w[2] = shard_rank;
-  for (int i = 0; i < 32; ++i) w[3 + i] = std::stoi(f.sha256.substr(2 * i, 2), nullptr, 16);
-}
-
-std::string sha_of_slot(const int64_t* w) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string hex;
-  for (int i = 0; i < 32; ++i) hex += kDigits[(w[3 + i] >> 4) & 0xf], hex += kDigits[w[3 + i] & 0xf];
-  return hex;
-}
-
 nlohmann::json config_json(const EngineArgs& a, int64_t fsdp_size) {
   const MixedPrecisionConfig& mp = a.engine.mixed_precision;
   return {{"model", {{"path", a.model.path}, {"model_type", a.model_type}}},
@@ -100,6 +80,122 @@ nlohmann::json config_json(const EngineArgs& a, int64_t fsdp_size) {
             {"lr_warmup_steps", a.optim.lr_warmup_steps},
             {"total_training_steps", a.optim.total_training_steps}}},
           {"checkpoint", {{"save_contents", a.checkpoint.save_contents}}}};
+}
+
+std::vector<std::string> content_names(const Contents& c) {
+  std::vector<std::string> names;
+  if (c.model) names.push_back("model");
+  if (c.optimizer) names.push_back("optimizer");
+  if (c.extra) names.push_back("extra");
+  if (c.hf_model) names.push_back("hf_model");
+  return names;
+}
+
+// How a kind of per-rank file appears in the checkpoint: its metadata.json content, its file name and the
+// per-parameter states it holds (none for the extra file, which holds RNG states as JSON).
+struct FileFormat {
+  const char* content;
+  std::string (*file_name)(int64_t rank);
+  std::vector<std::string> states;
+};
+
+const FileFormat& format_of(ckpt::FileKind kind) {
+  static const FileFormat kModel{"model", ckpt::model_file_name, {ckpt::kStateParam}};
+  static const FileFormat kOptimizer{"optimizer", ckpt::optim_file_name, {ckpt::kStateExpAvg, ckpt::kStateExpAvgSq}};
+  static const FileFormat kExtra{"extra", ckpt::extra_file_name, {}};
+  switch (kind) {
+    case ckpt::FileKind::kModel: return kModel;
+    case ckpt::FileKind::kOptimizer: return kOptimizer;
+    case ckpt::FileKind::kExtra: break;
+  }
+  return kExtra;
+}
+
+// What one rank saves in save_checkpoint's step 2.
+struct RankFiles {
+  int64_t world_rank = 0;
+  int64_t shard_rank = 0;      // the data files hold this shard rank's ranges
+  bool writes_shards = false;  // HSDP: only replica group 0 writes model and optimizer (replicas hold the same)
+  std::vector<torch::Tensor> params;  // every unit's fp32 master shard
+  AdamW* optimizer = nullptr;
+  torch::Device device = torch::kCPU;  // whose RNG the extra file saves besides the CPU's
+};
+
+ckpt::FileRecord write_data_file(const fs::path& dir, ckpt::FileKind kind, const ckpt::CheckpointPlan& plan,
+                                 const std::vector<std::vector<torch::Tensor>>& per_state, const RankFiles& rank) {
+  const FileFormat& format = format_of(kind);
+  ckpt::FileWriter file((dir / format.file_name(rank.world_rank)).string());
+  plan.write_file(file, format.states, per_state, rank.shard_rank);
+  const uint64_t bytes = file.bytes();
+  return ckpt::FileRecord::written_file(bytes, file.finish(), rank.shard_rank);
+}
+
+ckpt::FileRecord write_extra_file(const fs::path& dir, const RankFiles& rank) {
+  const std::string text = ckpt::capture_rng(rank.device).dump() + "\n";
+  ckpt::FileWriter file((dir / format_of(ckpt::FileKind::kExtra).file_name(rank.world_rank)).string());
+  file.append(text.data(), text.size());
+  const uint64_t bytes = file.bytes();
+  return ckpt::FileRecord::written_file(bytes, file.finish(), rank.shard_rank);
+}
+
+// Step 2: this rank's files in `dir`, and what it wrote.
+ckpt::RankRecord write_rank_files(const fs::path& dir, const Contents& contents, const ckpt::CheckpointPlan& plan,
+                                  const RankFiles& rank) {
+  ckpt::RankRecord record;
+  if (rank.writes_shards && contents.model) {
+    record[ckpt::FileKind::kModel] = write_data_file(dir, ckpt::FileKind::kModel, plan, {rank.params}, rank);
+  }
+  if (rank.writes_shards && contents.optimizer) {
+    record[ckpt::FileKind::kOptimizer] = write_data_file(
+        dir, ckpt::FileKind::kOptimizer, plan, {rank.optimizer->exp_avg(), rank.optimizer->exp_avg_sq()}, rank);
+  }
+  if (contents.extra) record[ckpt::FileKind::kExtra] = write_extra_file(dir, rank);
+  return record;
+}
+
+// metadata.json's file table: every file every rank wrote, by world rank then kind. Any rank's data file map
+// follows from the plan and the shard rank it holds.
+std::vector<ckpt::FileInfo> file_table(const std::vector<ckpt::RankRecord>& records, const ckpt::CheckpointPlan& plan) {
+  std::vector<ckpt::FileInfo> files;
+  for (int64_t r = 0; r < static_cast<int64_t>(records.size()); ++r) {
+    for (ckpt::FileKind kind : ckpt::kFileKinds) {
+      const ckpt::FileRecord& written = records[r][kind];
+      if (!written.written) continue;
+      const FileFormat& format = format_of(kind);
+      ckpt::FileInfo f;
+      f.name = format.file_name(r);
+      f.content = format.content;
+      f.rank = r;
+      f.bytes = written.bytes;
+      f.sha256 = written.sha256;
+      if (!format.states.empty()) f.segments = plan.file_segments(format.states, written.shard_rank);
+      files.push_back(std::move(f));
+    }
+  }
+  return files;
+}
+
+// The training state a checkpoint restores besides the tensors (metadata.json "state").
+nlohmann::json training_state(const AdamW& optimizer, const LrScheduler* lr_scheduler, ShardedGradScaler* scaler) {
+  nlohmann::json state = {{"optimizer", {{"step", optimizer.step_count()}}},
+                          {"lr_scheduler", {{"step", lr_scheduler ? lr_scheduler->current_step() : 0}}}};
+  if (scaler) {
+    state["grad_scaler"] = {
+        {"scale", static_cast<double>(scaler->scale_state().cpu().item<float>())},
+        {"growth_tracker", scaler->growth_tracker_state().cpu().to(torch::kLong).item<int64_t>()}};
+  }
+  return state;
+}
+
+// Step 4 (rank 0): metadata.json last, the Hugging Face files synced, then the directory renamed into place.
+void publish_checkpoint(const fs::path& tmp, const fs::path& final_path, const ckpt::Metadata& meta,
+                        bool hf_model) {
+  durable::write_file(tmp / ckpt::kMetadataFile, ckpt::to_json(meta).dump(1) + "\n");
+  if (hf_model) {
+    for (const auto& entry : fs::directory_iterator(tmp / ckpt::kHfDir)) durable::sync_path(entry.path());
+    durable::sync_path(tmp / ckpt::kHfDir);
+  }
+  durable::publish_dir(tmp, final_path);
 }
 
 }  // namespace
@@ -166,116 +262,54 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
   const auto& world = world_collectives();
   const bool lead = world.rank() == 0;
   const fs::path final_path(path), tmp = durable::temp_dir_for(final_path);
+  const std::string stage = "save_checkpoint " + path;
   auto remove_tmp = [&] {
     std::error_code ec;
     if (lead) compat::remove_all(tmp, ec);
   };
 
   // 1. The temporary directory.
-  agree_or_throw(lead ? error_of([&] { durable::fresh_dir(tmp); }) : "", "save_checkpoint " + path, {});
-  std::string error;
+  agree_or_throw(lead ? error_of([&] { durable::fresh_dir(tmp); }) : "", stage, {});
 
-  // 2. This rank's files.
+  // 2. This rank's files. The Hugging Face weights are gathered even after a failure: every rank takes part.
   ckpt::CheckpointPlan plan(*fsdp_, *model_);
-  const bool writes_shards = groups_.replicate->rank() == 0;
-  const int64_t shard_rank = groups_.shard->rank();
-  const int64_t rank = world.rank();
-  auto record = torch::zeros({kRecordWords}, torch::kLong);
-  std::vector<torch::Tensor> shards;
-  for (auto& u : fsdp_->units()) shards.push_back(u.shard());
-  auto write_data = [&](int64_t slot, const std::string& name, const std::vector<std::string>& states,
-                        const std::vector<std::vector<torch::Tensor>>& tensors) {
-    ckpt::FileWriter file((tmp / name).string());
-    ckpt::FileInfo info;
-    plan.write_file(file, states, tensors, shard_rank);
-    info.bytes = file.bytes();
-    info.sha256 = file.finish();
-    put_slot(record, slot, info, shard_rank);
-  };
-  try {
-    if (writes_shards && contents.model) write_data(0, ckpt::model_file_name(rank), {ckpt::kStateParam}, {shards});
-    if (writes_shards && contents.optimizer) {
-      write_data(1, ckpt::optim_file_name(rank), {ckpt::kStateExpAvg, ckpt::kStateExpAvgSq},
-                 {optimizer_->exp_avg(), optimizer_->exp_avg_sq()});
-    }
-    if (contents.extra) {
-      const std::string text = ckpt::capture_rng(device_).dump() + "\n";
-      ckpt::FileWriter file((tmp / ckpt::extra_file_name(rank)).string());
-      file.append(text.data(), text.size());
-      ckpt::FileInfo info;
-      info.bytes = file.bytes();
-      info.sha256 = file.finish();
-      put_slot(record, 2, info, shard_rank);
-    }
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
+  RankFiles rank;
+  rank.world_rank = world.rank();
+  rank.shard_rank = groups_.shard->rank();
+  rank.writes_shards = groups_.replicate->rank() == 0;
+  for (auto& u : fsdp_->units()) rank.params.push_back(u.shard());
+  rank.optimizer = optimizer_.get();
+  rank.device = device_;
+  ckpt::RankRecord record;
+  std::string error = error_of([&] { record = write_rank_files(tmp, contents, plan, rank); });
   if (contents.hf_model) {
     const std::string hf_error = write_hf_weights((tmp / ckpt::kHfDir).string(), kHfShardBytes);
     if (error.empty()) error = hf_error;
   }
 
   // 3. Sizes and digests of every rank, then whether all succeeded.
-  auto records = torch::zeros({world.size() * kRecordWords}, torch::TensorOptions().dtype(torch::kLong).device(device_));
-  world.all_gather_into(records, record.to(device_));
-  records = records.cpu();
-  const int64_t* all = records.data_ptr<int64_t>();
-  agree_or_throw(error, "save_checkpoint " + path, remove_tmp);
+  const std::vector<ckpt::RankRecord> records = ckpt::all_gather_records(world, record, device_);
+  agree_or_throw(error, stage, remove_tmp);
 
-  // 4. Metadata last, publish, retention.
+  // 4. Metadata last, publish.
   if (lead) {
-    try {
+    error = error_of([&] {
       ckpt::Metadata meta;
       meta.global_step = global_step;
       meta.world_size = world.size();
       meta.fsdp_size = groups_.shard->size();
       meta.strategy = layout_name(layout_);
-      if (contents.model) meta.contents.push_back("model");
-      if (contents.optimizer) meta.contents.push_back("optimizer");
-      if (contents.extra) meta.contents.push_back("extra");
-      if (contents.hf_model) meta.contents.push_back("hf_model");
+      meta.contents = content_names(contents);
       meta.params = plan.params();
-      meta.state = {{"optimizer", {{"step", optimizer_->step_count()}}},
-                    {"lr_scheduler", {{"step", lr_scheduler_ ? lr_scheduler_->current_step() : 0}}}};
-      if (ShardedGradScaler* scaler = sharded_grad_scaler()) {
-        meta.state["grad_scaler"] = {
-            {"scale", static_cast<double>(scaler->scale_state().cpu().item<float>())},
-            {"growth_tracker", scaler->growth_tracker_state().cpu().to(torch::kLong).item<int64_t>()}};
-      }
+      meta.files = file_table(records, plan);
+      meta.state = training_state(*optimizer_, lr_scheduler_.get(), sharded_grad_scaler());
       meta.config = config_json(args_, groups_.shard->size());
-      const char* kContent[kSlots] = {"model", "optimizer", "extra"};
-      for (int64_t r = 0; r < world.size(); ++r) {
-        for (int64_t slot = 0; slot < kSlots; ++slot) {
-          const int64_t* w = all + r * kRecordWords + 1 + slot * kSlotWords;
-          if (w[0] == 0) continue;
-          ckpt::FileInfo f;
-          f.content = kContent[slot];
-          f.rank = r;
-          f.bytes = static_cast<uint64_t>(w[1]);
-          f.sha256 = sha_of_slot(w);
-          if (slot == 0) {
-            f.name = ckpt::model_file_name(r);
-            f.segments = plan.file_segments({ckpt::kStateParam}, w[2]);
-          } else if (slot == 1) {
-            f.name = ckpt::optim_file_name(r);
-            f.segments = plan.file_segments({ckpt::kStateExpAvg, ckpt::kStateExpAvgSq}, w[2]);
-          } else {
-            f.name = ckpt::extra_file_name(r);
-          }
-          meta.files.push_back(std::move(f));
-        }
-      }
-      durable::write_file(tmp / ckpt::kMetadataFile, ckpt::to_json(meta).dump(1) + "\n");
-      if (contents.hf_model) {
-        for (const auto& entry : fs::directory_iterator(tmp / ckpt::kHfDir)) durable::sync_path(entry.path());
-        durable::sync_path(tmp / ckpt::kHfDir);
-      }
-      durable::publish_dir(tmp, final_path);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+      publish_checkpoint(tmp, final_path, meta, contents.hf_model);
+    });
   }
-  agree_or_throw(error, "save_checkpoint " + path, remove_tmp);
+  agree_or_throw(error, stage, remove_tmp);
+
+  // 5. Retention, counted on disk, never the new checkpoint.
   if (lead) {
     error = error_of([&] { durable::retain_newest(final_path, max_ckpt_to_keep, ckpt::kMetadataFile); });
     if (!error.empty()) error = "checkpoint saved, but removing old ones failed: " + error;

@@ -1,6 +1,8 @@
-// The plugin's single entry point: FSDPEngine for backends fsdp and fsdp2, both model types, cpu and cuda.
+// The library's single entry point: FSDPEngine for backends fsdp and fsdp2, and VeOmniEngine (plugin/veomni/,
+// built into this library) for backend veomni; both model types, cpu and cuda each (plugin.toml.in).
 #include "host_api/plugin_api.h"
 #include "plugin/fsdp/fsdp_engine.h"
+#include "plugin/veomni/veomni_registration.h"
 
 namespace enginery {
 namespace fsdp {
@@ -24,8 +26,13 @@ void register_fsdp_engines(Registrar& registrar) {
   }
 }
 
+void register_engines(Registrar& registrar) {
+  register_fsdp_engines(registrar);
+  veomni::register_veomni_engines(registrar);
+}
+
 }  // namespace
 }  // namespace fsdp
 }  // namespace enginery
 
-ENGINERY_DEFINE_PLUGIN("enginery_fsdp", enginery::fsdp::register_fsdp_engines)
+ENGINERY_DEFINE_PLUGIN("enginery_fsdp", enginery::fsdp::register_engines)

@@ -102,24 +102,17 @@ torch::Tensor VeOmniEngine::scatter_shard(const std::vector<torch::Tensor>& para
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
   const int64_t s = layout.shard_numel(), world = layout.world();
   const fsdp::Collectives& group = *groups_.shard;
-  torch::Tensor shard;
+  torch::Tensor shard = torch::empty({s}, fp32);
   if (world == 1) {
-    shard = torch::empty({s}, fp32);
     layout.pack(params, shard);
   } else {
-    shard = torch::empty({s}, fp32);
-    std::vector<at::Tensor> out{shard};
-    std::vector<std::vector<at::Tensor>> in;
+    // Only rank 0 holds the weights: it packs every rank's shard, back to back, and sends each its own.
     torch::Tensor packed;
     if (group.rank() == 0) {
       packed = torch::empty({world * s}, fp32);
       layout.pack(params, packed);
-      in.emplace_back();
-      for (int64_t r = 0; r < world; ++r) in.back().push_back(packed.narrow(0, r * s, s));
     }
-    c10d::ScatterOptions opts;
-    opts.rootRank = 0;
-    group.group()->scatter(out, in, opts)->wait();
+    group.scatter_into(shard, packed, /*root=*/0);
   }
   // bf16 weights: the masters start as the bf16 values the model would be loaded in.
   if (!settings_.mixed_precision) shard = shard.to(torch::kBFloat16).to(torch::kFloat);

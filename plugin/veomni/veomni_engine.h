@@ -1,6 +1,7 @@
 #pragma once
-// VeOmniEngine: the VeOmni-style engine. It derives from fsdp::FSDPEngine across the plugin boundary and keeps its
-// step code (forward_step, forward_backward_batch, the optimizer step, checkpoints), but builds itself its own way:
+// VeOmniEngine: the VeOmni-style engine, built into the fsdp plugin's library. It derives from fsdp::FSDPEngine
+// and keeps its step code (forward_step, forward_backward_batch, the optimizer step, checkpoints), but builds
+// itself its own way:
 //   build_model()    rank 0 builds (or loads) the full model; every other rank builds only the module structure:
 //                    parameters with their shapes and no storage, never allocating, loading or receiving full
 //                    weights;
@@ -10,13 +11,13 @@
 // Until initialize() the base constructor's defaults stand: autocast bf16, no grad scaler. VeOmni has no scaler
 // at all (it never computes in fp16).
 #include "plugin/fsdp/fsdp_engine.h"
-#include "plugin/veomni/veomni_export.h"
+#include "plugin/fsdp/fsdp_export.h"
 #include "plugin/veomni/veomni_settings.h"
 
 namespace enginery {
 namespace veomni {
 
-class ENGINERY_VEOMNI_API VeOmniEngine : public fsdp::FSDPEngine {
+class ENGINERY_FSDP_API VeOmniEngine : public fsdp::FSDPEngine {
  public:
   // Validates every setting (EngineryError naming the field) before anything is built.
   explicit VeOmniEngine(EngineArgs args);

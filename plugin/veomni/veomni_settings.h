@@ -4,7 +4,6 @@
 #include <string>
 
 #include "host_api/config.h"
-#include "plugin/veomni/veomni_export.h"
 
 namespace enginery {
 namespace veomni {
@@ -21,7 +20,7 @@ struct VeOmniSettings {
 };
 
 // Throws EngineryError naming `engine.veomni.<key>` and the allowed values for an unknown key or a bad value.
-ENGINERY_VEOMNI_API VeOmniSettings parse_settings(const EngineConfig& engine);
+VeOmniSettings parse_settings(const EngineConfig& engine);
 
 }  // namespace veomni
 }  // namespace enginery

@@ -1,10 +1,9 @@
-// The plugin's single entry point: VeOmniEngine for backend veomni, both model types, cpu and cuda.
-#include "host_api/plugin_api.h"
+#include "plugin/veomni/veomni_registration.h"
+
 #include "plugin/veomni/veomni_engine.h"
 
 namespace enginery {
 namespace veomni {
-namespace {
 
 void register_veomni_engines(Registrar& registrar) {
   for (const char* model_type : {"language_model", "value_model"}) {
@@ -21,8 +20,5 @@ void register_veomni_engines(Registrar& registrar) {
   }
 }
 
-}  // namespace
 }  // namespace veomni
 }  // namespace enginery
-
-ENGINERY_DEFINE_PLUGIN("enginery_veomni", enginery::veomni::register_veomni_engines)
