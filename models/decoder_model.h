@@ -1,5 +1,5 @@
 #pragma once
-// The interface between models and engines (DESIGN §1: plugin -> models). A DecoderModel is a torch::nn::Module
+// The interface between models and engines (docs/ARCHITECTURE.md, "Layers": plugin -> models). A DecoderModel is a torch::nn::Module
 // whose parameters keep their Hugging Face names (model.named_parameters() yields "model.layers.0.mlp.up_proj.weight"
 // etc.) and which is split into units that an FSDP engine shards one by one.
 #include <torch/torch.h>

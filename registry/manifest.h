@@ -1,5 +1,5 @@
 #pragma once
-// plugin.toml: what a plugin declares before any of its code runs (DESIGN §2 step 4). Schema, version 1:
+// plugin.toml: what a plugin declares before any of its code runs (docs/ARCHITECTURE.md, "Plugins and packaging"). Schema, version 1:
 //
 //   manifest_version = 1
 //   name = "enginery_fsdp"            # letters, digits, '_', '-', '.'

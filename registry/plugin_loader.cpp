@@ -62,7 +62,7 @@ std::vector<std::string> capabilities_of(const PluginManifest& manifest, const E
   return {};
 }
 
-// Every check of DESIGN §2 step 4 for one manifest that already parsed. Throws EngineryError; on success the
+// Every check of docs/ARCHITECTURE.md, "Plugins and packaging" for one manifest that already parsed. Throws EngineryError; on success the
 // plugin's engines are in `registry`, all of them.
 LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) {
   const std::string who = "plugin '" + manifest.name + "'";

@@ -1,6 +1,6 @@
 #pragma once
 // PluginLoader: finds plugin manifests on the search path, reads all of them before opening any library, then
-// loads each plugin that passes every check into an EngineRegistry (DESIGN §2 step 4). A plugin that fails a
+// loads each plugin that passes every check into an EngineRegistry (docs/ARCHITECTURE.md, "Plugins and packaging"). A plugin that fails a
 // check is reported with a reason a person can act on and leaves the registry exactly as it was.
 //
 // A search directory is either a plugin directory itself (it holds plugin.toml) or holds one subdirectory per

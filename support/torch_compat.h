@@ -45,7 +45,7 @@ namespace compat {
 using CommGroup = ::enginery::CommGroup;
 
 // Gloo lacks reduce_scatter and _allgather_base in 1.13 (and _reduce_scatter_base in every version we support);
-// callers emulate them (DESIGN §5). True where the op is native.
+// callers emulate them (docs/ARCHITECTURE.md, "Collectives"). True where the op is native.
 constexpr bool kGlooHasAllgatherBase = ENGINERY_TORCH_AT_LEAST(2, 0);
 
 inline c10::intrusive_ptr<CommGroup> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,

@@ -1,5 +1,5 @@
 #pragma once
-// One interface for every collective the FSDP engine issues (DESIGN §5). Native ops on NCCL
+// One interface for every collective the FSDP engine issues (docs/ARCHITECTURE.md, "Collectives"). Native ops on NCCL
 // (_allgather_base, _reduce_scatter_base); emulated on Gloo, which in LibTorch 1.13 has neither and which cannot
 // reduce or gather bfloat16 at all (gathers move bf16/fp16 bits as int16; reductions run in fp32 and cast back).
 // All ops are blocking: they return after the result is in place.

@@ -243,7 +243,7 @@ void FsdpUnit::reduce_grads() {
   auto packed = torch::empty({layout_->world() * s}, rdt);
   layout_->pack(grads, packed);
   for (auto& p : params_) p.mutable_grad().reset();  // free the full grads before the shard buffers grow
-  // fp16 sums can overflow: divide by about sqrt(ranks) before the reduction and multiply back after (DESIGN §4);
+  // fp16 sums can overflow: divide by about sqrt(ranks) before the reduction and multiply back after (docs/ARCHITECTURE.md, "Precision");
   // the result is still the SUM over ranks.
   const int64_t ranks = shard_group_->size() * (replicate_group_ != nullptr ? replicate_group_->size() : 1);
   const double prediv = precision_.reduce_dtype == c10::kHalf && ranks > 1 ? std::sqrt(static_cast<double>(ranks)) : 1.0;

@@ -1,5 +1,5 @@
 #pragma once
-// The sharded gradient scaler (DESIGN §4): torch.amp.GradScaler's algorithm over the fp32 shard gradients, with
+// The sharded gradient scaler (docs/ARCHITECTURE.md, "Precision"): torch.amp.GradScaler's algorithm over the fp32 shard gradients, with
 // found_inf agreed (MAX) over the whole data-parallel group so every rank skips the same steps.
 #include <torch/torch.h>
 
