@@ -235,9 +235,9 @@ void check_config_supported(const ConfigSupport& support, const EngineArgs& args
     if (value.empty()) continue;
     if (knob.key == "engine.<backend>") {
       const std::string key = "engine." + args.engine.strategy + "." + value;
-      throw EngineryError(key + " is not an option of the " + engine + " engine", key, knob.allowed(support));
+      throw EngineryError(key + " is not an option of engine " + engine, key, knob.allowed(support));
     }
-    throw EngineryError(knob.key + " = " + value + " is not implemented by the " + engine + " engine", knob.key,
+    throw EngineryError(knob.key + " = " + value + " is not implemented by engine " + engine, knob.key,
                         knob.allowed(support));
   }
 }

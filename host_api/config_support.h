@@ -57,7 +57,7 @@ struct ConfigKnob {
 const std::vector<ConfigKnob>& config_knobs();
 
 // Throws EngineryError when `args` sets a key to a value `support` lacks:
-//   "<key> = <value> is not implemented by the <engine> engine (allowed: <what it supports>)".
+//   "<key>: <key> = <value> is not implemented by engine <engine> (allowed: <what it supports>)".
 void check_config_supported(const ConfigSupport& support, const EngineArgs& args, const std::string& engine);
 
 }  // namespace enginery

@@ -100,7 +100,7 @@ EngineRegistry::Entry EngineRegistry::entry_of(const EngineKey& key) const {
 
 void EngineRegistry::check_config(const EngineKey& key, const EngineArgs& args) const {
   const Entry entry = entry_of(key);
-  check_config_supported(entry.support, args, key.backend + " " + key.str() + " of " + entry.origin.str());
+  check_config_supported(entry.support, args, key.str() + " of " + entry.origin.str());
 }
 
 std::shared_ptr<BaseEngine> EngineRegistry::create(const EngineKey& key, const EngineArgs& args) const {
@@ -109,7 +109,7 @@ std::shared_ptr<BaseEngine> EngineRegistry::create(const EngineKey& key, const E
   EngineArgs keyed = args;
   keyed.model_type = key.model_type;
   keyed.device = key.device;
-  check_config_supported(entry.support, keyed, key.backend + " " + key.str() + " of " + entry.origin.str());
+  check_config_supported(entry.support, keyed, key.str() + " of " + entry.origin.str());
   std::shared_ptr<BaseEngine> engine = entry.factory(keyed);
   if (!engine) throw EngineryError("the factory of " + key.str() + " returned no engine", entry.origin.str());
   BaseEngine* raw = engine.get();

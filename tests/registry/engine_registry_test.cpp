@@ -127,7 +127,7 @@ TEST(EngineRegistry, RefusesConfigurationTheEngineDoesNotDeclare) {
               std::string::npos)
         << message;
     EXPECT_NE(message.find(std::string(option ? "of" : "is not implemented by") +
-                           " the fsdp (language_model, fsdp, cpu) of plugin 'p1' engine"),
+                           " engine (language_model, fsdp, cpu) of plugin 'p1'"),
               std::string::npos)
         << message;
     EXPECT_NE(message.find("(allowed: "), std::string::npos) << message;

@@ -47,7 +47,7 @@ TEST(Manifest, ParsesEveryField) {
   EXPECT_EQ(m.manifest_version, kManifestVersion);
   EXPECT_EQ(m.name, "enginery_fsdp");
   EXPECT_EQ(m.version, "0.1.0");
-  EXPECT_EQ(m.api_major, 1);
+  EXPECT_EQ(m.api_major, 2);
   EXPECT_EQ(m.api_minor, 0);
   EXPECT_EQ(m.library_path(), "/p/lib/libenginery_fsdp.so");
   EXPECT_EQ(*m.sha256, "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789");

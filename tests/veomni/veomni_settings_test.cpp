@@ -85,7 +85,7 @@ TEST(VeOmniSettings, BadSettingsAreRejectedNamingTheField) {
       {[](EngineArgs& a) { a.engine.backend_options["mixed_precision"] = "1"; }, "engine.veomni.mixed_precision",
        "true, false"},
       {[](EngineArgs& a) { a.engine.mixed_precision.param_dtype = c10::kHalf; }, "engine.mixed_precision.param_dtype",
-       "bf16, fp32"},
+       "(allowed: fp32, bf16)"},
       {[](EngineArgs& a) {
          a.engine.backend_options["mixed_precision"] = "false";
          a.engine.mixed_precision.param_dtype = c10::kFloat;
