@@ -2,7 +2,9 @@
 
 namespace enginery {
 
-void visit_config(ConfigVisitor& v, TrainConfig& c) {
+namespace {
+
+void visit_trainer(ConfigVisitor& v, TrainConfig& c) {
   TrainerSection& t = c.trainer;
   v.field("trainer.project_name", t.project_name);
   v.field("trainer.experiment_name", t.experiment_name);
@@ -18,7 +20,9 @@ void visit_config(ConfigVisitor& v, TrainConfig& c) {
   v.field("trainer.max_ckpt_to_keep", t.max_ckpt_to_keep);
 
   v.field("plugins.dirs", c.plugins.dirs);
+}
 
+void visit_model_and_engine(ConfigVisitor& v, TrainConfig& c) {
   ModelConfig& m = c.model;
   v.field("model.path", m.path);
   v.field("model.tokenizer_path", m.tokenizer_path);
@@ -52,7 +56,9 @@ void visit_config(ConfigVisitor& v, TrainConfig& c) {
   v.field("engine.grad_scaler.growth_interval", gs.growth_interval);
   v.scaler_mode("engine.grad_scaler.enabled", gs.enabled);
   v.backend_table("engine", e.strategy, e.backend_options);
+}
 
+void visit_optim_data_loss(ConfigVisitor& v, TrainConfig& c) {
   OptimizerConfig& o = c.optim;
   v.field("optim.optimizer", o.optimizer);
   v.field("optim.lr", o.lr);
@@ -89,6 +95,14 @@ void visit_config(ConfigVisitor& v, TrainConfig& c) {
   v.field("checkpoint.save_contents", c.checkpoint.save_contents);
   v.field("checkpoint.load_contents", c.checkpoint.load_contents);
   v.field("checkpoint.async_save", c.checkpoint.async_save);
+}
+
+}  // namespace
+
+void visit_config(ConfigVisitor& v, TrainConfig& c) {
+  visit_trainer(v, c);
+  visit_model_and_engine(v, c);
+  visit_optim_data_loss(v, c);
 }
 
 std::string TrainConfig::output_dir() const {

@@ -52,42 +52,26 @@ DpGroups DpGroups::create(const EngineArgs& args, int64_t fsdp_size) {
   return g;
 }
 
-FsdpModule::FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups groups, FsdpOptions options,
-                       const torch::Device& device)
-    : model_(std::move(model)), groups_(std::move(groups)), options_(std::move(options)) {
-  torch::NoGradGuard no_grad;
-  // Every parameter must belong to exactly one unit; a shared one (tied head) is owned by its first unit.
-  std::set<const void*> owned;
-  auto model_units = model_->units();
-  units_.reserve(model_units.size());
-  for (const auto& unit : model_units) {
-    std::vector<std::string> names;
-    std::vector<torch::Tensor> params;
-    for (const auto& item : unit.module->named_parameters(/*recurse=*/true)) {
-      if (!owned.insert(item.value().unsafeGetTensorImpl()).second) continue;
-      names.push_back(unit.name + "." + item.key());
-      params.push_back(item.value());
-    }
-    units_.emplace_back(unit.name, std::move(names), std::move(params), options_.layout, options_.precision,
-                        groups_.shard.get(), groups_.replicate.get(), device);
-  }
-  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
-    if (owned.count(item.value().unsafeGetTensorImpl()) == 0) {
-      throw EngineryError("parameter '" + item.key() + "' belongs to no unit of the model",
-                          "fsdp sharding, model type " + model_->hf_model_type());
-    }
-  }
-  for (auto& buffer : model_->buffers(/*recurse=*/true)) {
-    if (buffer.is_floating_point()) buffer.set_data(buffer.to(device, options_.buffer_dtype));
-  }
-  // Start sharded: nothing stays gathered between steps.
-  for (auto& u : units_) u.reshard();
+namespace {
+
+// The default shard source: every rank holds the full values, packs them and keeps its own slice.
+torch::Tensor local_slice(const std::vector<torch::Tensor>& params, const ShardLayout& layout,
+                          const Collectives& shard_group, const torch::Device& device) {
+  std::vector<torch::Tensor> full_fp32;
+  for (const auto& p : params) full_fp32.push_back(p.detach().to(device, torch::kFloat));
+  const int64_t s = layout.shard_numel();
+  auto packed = torch::empty({layout.world() * s}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  layout.pack(full_fp32, packed);
+  return packed.narrow(0, shard_group.rank() * s, s);
 }
+
+}  // namespace
 
 FsdpModule::FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups groups, FsdpOptions options,
                        const torch::Device& device, const ShardSource& source)
     : model_(std::move(model)), groups_(std::move(groups)), options_(std::move(options)) {
   torch::NoGradGuard no_grad;
+  // Every parameter must belong to exactly one unit; a shared one (tied head) is owned by its first unit.
   std::set<const void*> owned;
   auto model_units = model_->units();
   units_.reserve(model_units.size());
@@ -103,7 +87,7 @@ FsdpModule::FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups gro
       shapes.push_back(item.value().sizes().vec());
     }
     auto layout = ShardLayout::create(options_.layout, std::move(shapes), groups_.shard->size());
-    torch::Tensor shard = source(i, params, *layout);
+    torch::Tensor shard = source ? source(i, params, *layout) : local_slice(params, *layout, *groups_.shard, device);
     units_.emplace_back(unit.name, std::move(names), std::move(params), std::move(shard), options_.layout,
                         options_.precision, groups_.shard.get(), groups_.replicate.get(), device);
   }

@@ -37,16 +37,16 @@ struct ENGINERY_FSDP_API DpGroups {
 
 class ENGINERY_FSDP_API FsdpModule : public models::UnitHooks {
  public:
-  FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups groups, FsdpOptions options,
-             const torch::Device& device);
   // This rank's master shard of unit `unit` (fp32 [layout.shard_numel()]), given the unit's parameters (shapes
   // only on ranks that do not hold the weights) and their layout. A collective when it scatters.
   using ShardSource =
       std::function<torch::Tensor(size_t unit, const std::vector<torch::Tensor>& params, const ShardLayout& layout)>;
-  // Shards `model` from `source` instead of its parameter values, which may be storage-less on this rank: no rank
-  // needs the full weights (veomni's build path). Every parameter ends up sharded.
+  // Shards `model`: each unit's master shard comes from `source`, by default this rank's slice of the parameters'
+  // own values (every rank built the same full model). A source that scatters lets the parameters be
+  // storage-less on this rank, so no rank needs the full weights (veomni's build path). Every parameter ends up
+  // sharded, with no storage until its unit is gathered.
   FsdpModule(std::shared_ptr<models::DecoderModel> model, DpGroups groups, FsdpOptions options,
-             const torch::Device& device, const ShardSource& source);
+             const torch::Device& device, const ShardSource& source = {});
   ~FsdpModule() override;
 
   void pre_forward(size_t unit) override;

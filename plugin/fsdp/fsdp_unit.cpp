@@ -33,40 +33,6 @@ std::unique_ptr<ShardLayout> layout_of(const std::vector<torch::Tensor>& params,
 }  // namespace
 
 FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
-                   ShardingLayout layout, UnitPrecision precision, const Collectives* shard_group,
-                   const Collectives* replicate_group, const torch::Device& device)
-    : name_(std::move(name)),
-      param_names_(std::move(param_names)),
-      params_(std::move(params)),
-      precision_(precision),
-      shard_group_(shard_group),
-      replicate_group_(replicate_group),
-      device_(device) {
-  std::vector<torch::Tensor> full_fp32;
-  for (const auto& p : params_) full_fp32.push_back(p.detach().to(device_, torch::kFloat));
-  layout_ = layout_of(params_, layout, shard_group_->size());
-  const int64_t s = layout_->shard_numel();
-  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
-  auto packed = torch::empty({shard_group_->size() * s}, fp32);
-  layout_->pack(full_fp32, packed);
-  shard_ = packed.narrow(0, shard_group_->rank() * s, s).clone();
-  shard_grad_ = torch::zeros({s}, fp32);
-
-  // The module's parameters become the full parameters in param_dtype: views of the gathered buffer (fsdp) or
-  // tensors of their own (fsdp2). Their current values are the full values, so the unit starts unsharded.
-  torch::NoGradGuard no_grad;
-  const auto pdt = torch::TensorOptions().dtype(precision_.param_dtype).device(device_);
-  if (layout_->aliases_packed()) {
-    gathered_ = packed.to(precision_.param_dtype);
-    auto views = layout_->unpack(gathered_);
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(views[i]);
-  } else {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(full_fp32[i].to(pdt).clone());
-  }
-  state_ = State::kUnsharded;
-}
-
-FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
                    torch::Tensor shard, ShardingLayout layout, UnitPrecision precision,
                    const Collectives* shard_group, const Collectives* replicate_group, const torch::Device& device)
     : name_(std::move(name)),

@@ -28,14 +28,9 @@ class ENGINERY_FSDP_API FsdpUnit {
   // `params` are the module's own parameter tensors (with their names); from here on they hold the full
   // parameters in param_dtype whenever the unit is unsharded and have no storage when it is sharded.
   // `shard_group` shards; `replicate_group` (may be null) all-reduces gradients across HSDP replicas.
-  FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
-           ShardingLayout layout, UnitPrecision precision, const Collectives* shard_group,
-           const Collectives* replicate_group, const torch::Device& device);
-
-  // From this rank's master shard alone (fp32 [S] of ShardLayout::create(layout, shapes of `params`, shard
-  // group size)): the full parameters are never materialised; `params` become param_dtype tensors of their shapes
-  // with no storage and the unit starts sharded. For engines that scatter shards instead of building every rank's
-  // full model (veomni).
+  // Built from this rank's master shard alone (fp32 [S] of ShardLayout::create(layout, shapes of `params`, shard
+  // group size)): the full parameters are never materialised here; `params` become param_dtype tensors of their
+  // shapes with no storage and the unit starts sharded.
   FsdpUnit(std::string name, std::vector<std::string> param_names, std::vector<torch::Tensor> params,
            torch::Tensor shard, ShardingLayout layout, UnitPrecision precision,
            const Collectives* shard_group, const Collectives* replicate_group, const torch::Device& device);
