@@ -62,9 +62,12 @@ FsdpUnit::FsdpUnit(std::string name, std::vector<std::string> param_names, std::
     return t;
   };
   if (layout_->aliases_packed()) {
-    gathered_ = storage_less({layout_->world() * s});
+    // Views are only cut from a buffer whose storage covers them (ATen checks the bounds), so the buffer is
+    // allocated for that moment and freed right after: the gathered state, resharded.
+    gathered_ = torch::empty({layout_->world() * s}, pdt);
     auto views = layout_->unpack(gathered_);
     for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(views[i]);
+    free_full_storage();
   } else {
     for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(storage_less(layout_->shape(i)));
   }
