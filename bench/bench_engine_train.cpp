@@ -5,8 +5,6 @@
 // Ranks: world size 1 by default; RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun --no-python) for more.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -15,8 +13,10 @@
 #include <fstream>
 #include <iostream>
 
-#include "support/torch_compat.h"
+#include "launch/rank_env.h"
+#include "launch/world_group.h"
 #include "registry/plugin_loader.h"
+#include "support/torch_compat.h"
 
 #if defined(ENGINERY_WITH_CUDA) && __has_include(<torch/csrc/autograd/profiler_kineto.h>)
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -24,11 +24,6 @@
 #endif
 
 namespace {
-
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoll(v) : fallback;
-}
 
 // Peak resident set of this process (VmHWM), the CPU side's memory figure.
 double peak_rss_gib() {
@@ -68,21 +63,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   using namespace enginery;
-  const int64_t rank = env_int("RANK", 0), world = env_int("WORLD_SIZE", 1), local_rank = env_int("LOCAL_RANK", 0);
-  c10::intrusive_ptr<c10d::Store> store;
-  if (world == 1) {
-    auto path = std::filesystem::temp_directory_path() / ("enginery-bench-store-" + std::to_string(getpid()));
-    store = c10::make_intrusive<c10d::FileStore>(path.string(), 1);
-  } else {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(env_int("MASTER_PORT", 29500));
-    opts.isServer = rank == 0;
-    opts.numWorkers = static_cast<int>(world);
-    store = c10::make_intrusive<c10d::TCPStore>(std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1",
-                                                opts);
-  }
+  // The host's one way to become a rank (launch/): RANK/WORLD_SIZE/... as torchrun sets them, else one rank.
+  const RankEnv env = rank_env_from_environment().value_or(RankEnv{});
+  const int64_t rank = env.rank, world = env.world_size, local_rank = env.local_rank;
+  c10::intrusive_ptr<c10d::Store> store =
+      world == 1 ? make_file_store((std::filesystem::temp_directory_path() /
+                                    ("enginery-bench-store-" + std::to_string(getpid()))).string(), 1)
+                 : make_tcp_store(env);
   if (device == "cuda") compat::cuda_set_device(local_rank);
-  auto group = device == "cuda" ? compat::make_nccl_group(store, rank, world) : compat::make_gloo_group(store, rank, world);
+  auto group = make_world_group(store, rank, world, device);
 
   EngineRegistry registry;
   PluginLoader loader(PluginLoader::search_path({plugin_dir}, "--plugin-dir", nullptr, {}));

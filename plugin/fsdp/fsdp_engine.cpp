@@ -110,10 +110,6 @@ void FSDPEngine::build_optimizer() {
                         "build_fsdp_module must override build_optimizer",
                         where(args_, "optim"));
   }
-  build_shard_optimizer();
-}
-
-void FSDPEngine::build_shard_optimizer() {
   if (args_.optim.optimizer != "AdamW") {
     throw EngineryError("unknown optimizer '" + args_.optim.optimizer + "'", where(args_, "optim.optimizer"), "AdamW");
   }

@@ -84,9 +84,6 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   virtual void shard_model() { build_fsdp_module(); }
   void build_fsdp_module();
   virtual void build_optimizer();
-  // AdamW over the master shards of fsdp_module(): what build_optimizer() does, for subclasses that shard their own
-  // way (VeOmni) and then build the same optimizer.
-  void build_shard_optimizer();
   virtual void build_lr_scheduler();
 
   // Throws EngineryError where autocast cannot compute in autocast_dtype() on this device (never a silent
