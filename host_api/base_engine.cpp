@@ -1,8 +1,12 @@
 #include "host_api/base_engine.h"
 
+#include <algorithm>
+#include <atomic>
+#include <iostream>
 #include <optional>
 
 #include "host_api/error.h"
+#include "host_api/micro_batch_plan.h"
 #include "host_api/precision.h"
 
 namespace enginery {
@@ -24,6 +28,95 @@ bool wants_entropy(const Batch& batch) {
 
 // Adds `value` into `into` (which may be undefined).
 void accumulate(torch::Tensor& into, const torch::Tensor& value) { into = into.defined() ? into + value : value; }
+
+bool consecutive(const std::vector<int64_t>& rows) {
+  for (size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i] != rows[i - 1] + 1) return false;
+  }
+  return true;
+}
+
+// The rows of `batch` a micro-batch takes: a view where they are consecutive (fixed micro-batches), else a copy.
+Batch select_rows(const Batch& batch, const std::vector<int64_t>& rows) {
+  if (consecutive(rows)) return batch.slice(rows.front(), rows.back() + 1);
+  Batch out;
+  const auto index = torch::tensor(rows, torch::kLong);
+  for (const auto& [name, t] : batch.tensors()) out.set(name, t.index_select(0, index.to(t.device())));
+  for (const auto& [name, value] : batch.all_meta()) out.set_meta(name, value);
+  return out;
+}
+
+// A micro-batch that adds nothing: the batch's first row with no target token, so the loss contract (a sum over
+// target tokens) makes its loss and every gradient zero. It runs only so that this rank's collectives pair up with
+// a rank that has more micro-batches.
+Batch filler(const Batch& batch) {
+  Batch one = batch.slice(0, 1);
+  if (one.has("loss_mask")) one.set("loss_mask", torch::zeros_like(one.at("loss_mask")));
+  return one;
+}
+
+// Outputs concatenated in run order, put back in the batch's row order.
+torch::Tensor in_batch_order(const torch::Tensor& run_order, const std::vector<int64_t>& rows) {
+  bool identity = true;
+  for (size_t i = 0; i < rows.size() && identity; ++i) identity = rows[i] == static_cast<int64_t>(i);
+  if (identity) return run_order;
+  const auto index = torch::tensor(rows, torch::kLong).to(run_order.device());
+  return torch::empty_like(run_order).index_copy_(0, index, run_order);
+}
+
+// The host loop's micro-batches for `batch` (host_api/micro_batch_plan.h); dynamic ones are agreed over the group.
+MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch) {
+  const EngineConfig& engine = e.args().engine;
+  if (!engine.use_dynamic_bsz) {
+    const int64_t mbs = engine.micro_batch_size_per_gpu;
+    if (mbs <= 0) {
+      // Checked here as well as by the parser: engines are also built from code.
+      throw EngineryError("must be positive, got " + std::to_string(mbs), "engine.micro_batch_size_per_gpu", ">= 1");
+    }
+    return plan_by_rows(batch.size(), mbs);
+  }
+  const std::vector<int64_t> tokens = valid_tokens_per_row(batch);
+  const int64_t budget = engine.max_token_len_per_gpu;
+  // Every rank runs as many micro-batches as the rank that needs the most, so their collectives pair up.
+  auto count = torch::tensor({static_cast<double>(min_micro_batches(tokens, budget))}, torch::kDouble);
+  if (e.get_data_parallel_size() > 1) {
+    std::vector<torch::Tensor> one{count.to(e.device())};
+    c10d::AllreduceOptions max;
+    max.reduceOp = c10d::ReduceOp::MAX;
+    e.get_data_parallel_group()->allreduce(one, max)->wait();
+    count = one[0].cpu();
+  }
+  MicroBatchPlan plan = plan_by_tokens(tokens, budget, static_cast<int64_t>(count.item<double>()));
+  static std::atomic<bool> warned{false};
+  if (plan.oversize && !warned.exchange(true)) {
+    std::cerr << "enginery: a sequence holds more valid tokens than engine.max_token_len_per_gpu = " << budget
+              << "; it runs as a micro-batch of its own (warned once)\n";
+  }
+  return plan;
+}
+
+// The global target-token count; throws when the ranks disagree on the number of micro-batches.
+double agree_on_tokens(const BaseEngine& e, const Batch& batch, int64_t micro_batches) {
+  // One all-reduce: the global token count, and (sum n, sum n^2) whose Cauchy-Schwarz equality W*sum(n^2) ==
+  // (sum n)^2 holds exactly when every rank has the same number of micro-batches (so no rank waits forever in a
+  // gradient reduction the others never start).
+  const double n = static_cast<double>(micro_batches);
+  auto stats = torch::tensor({count_target_tokens(batch), n, n * n}, torch::TensorOptions().dtype(torch::kDouble));
+  const int64_t world = e.get_data_parallel_size();
+  if (world > 1) {
+    std::vector<torch::Tensor> one{stats.to(e.device())};
+    e.get_data_parallel_group()->allreduce(one)->wait();
+    stats = one[0].cpu();
+  }
+  const double sum_n = stats[1].item<double>(), sum_n2 = stats[2].item<double>();
+  if (static_cast<double>(world) * sum_n2 != sum_n * sum_n) {
+    throw EngineryError("ranks have different numbers of micro-batches (this rank: " + std::to_string(micro_batches) +
+                            ", mean: " + std::to_string(sum_n / static_cast<double>(world)) +
+                            "); every rank must get the same batch size",
+                        "rank " + std::to_string(e.get_data_parallel_rank()) + ", engine.micro_batch_size_per_gpu");
+  }
+  return stats[0].item<double>();
+}
 
 }  // namespace
 
@@ -72,53 +165,38 @@ BaseEngine::ModeGuard BaseEngine::eval_mode() {
 }
 
 BatchOutput BaseEngine::forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only) {
-  const int64_t mbs = args().engine.micro_batch_size_per_gpu;
-  if (mbs <= 0) {
-    // Checked here as well as by the parser: engines are also built from code.
-    throw EngineryError("must be positive, got " + std::to_string(mbs), "engine.micro_batch_size_per_gpu", ">= 1");
-  }
   std::optional<torch::NoGradGuard> no_grad;
   if (forward_only) no_grad.emplace();
-  const std::vector<Batch> micro = batch.split(mbs);
-  const double n = static_cast<double>(micro.size());
-
-  // One all-reduce: the global token count, and (sum n, sum n^2) whose Cauchy-Schwarz equality W*sum(n^2) ==
-  // (sum n)^2 holds exactly when every rank has the same number of micro-batches (so no rank waits forever in a
-  // gradient reduction the others never start).
-  auto stats = torch::tensor({count_target_tokens(batch), n, n * n}, torch::TensorOptions().dtype(torch::kDouble));
-  const int64_t world = get_data_parallel_size();
-  if (world > 1) {
-    std::vector<torch::Tensor> one{stats.to(device())};
-    get_data_parallel_group()->allreduce(one)->wait();
-    stats = one[0].cpu();
-  }
-  const double sum_n = stats[1].item<double>(), sum_n2 = stats[2].item<double>();
-  if (static_cast<double>(world) * sum_n2 != sum_n * sum_n) {
-    throw EngineryError("ranks have different numbers of micro-batches (this rank: " + std::to_string(micro.size()) +
-                            ", mean: " + std::to_string(sum_n / static_cast<double>(world)) +
-                            "); every rank must get the same batch size",
-                        "rank " + std::to_string(get_data_parallel_rank()) + ", engine.micro_batch_size_per_gpu");
-  }
+  const MicroBatchPlan plan = plan_micro_batches(*this, batch);
+  const int64_t real = static_cast<int64_t>(std::count_if(plan.rows.begin(), plan.rows.end(),
+                                                          [](const auto& rows) { return !rows.empty(); }));
 
   LossContext ctx;
-  ctx.global_num_tokens = stats[0].item<double>();
-  ctx.dp_size = world;
-  ctx.num_micro_batches = static_cast<int64_t>(micro.size());
+  ctx.global_num_tokens = agree_on_tokens(*this, batch, static_cast<int64_t>(plan.rows.size()));
+  ctx.dp_size = get_data_parallel_size();
+  ctx.num_micro_batches = static_cast<int64_t>(plan.rows.size());
   ctx.calculate_entropy = wants_entropy(batch);
 
   BatchOutput out;
   std::map<std::string, std::vector<torch::Tensor>> pieces;
-  for (size_t i = 0; i < micro.size(); ++i) {
+  std::vector<int64_t> order;  // the batch row of each output row, in run order
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
     ctx.micro_batch_index = static_cast<int64_t>(i);
-    MicroBatchResult r = forward_step(micro[i], loss_fn, ctx, forward_only);
+    const std::vector<int64_t>& rows = plan.rows[i];
+    MicroBatchResult r = forward_step(rows.empty() ? filler(batch) : select_rows(batch, rows), loss_fn, ctx,
+                                      forward_only);
+    if (rows.empty()) continue;  // a filler adds no loss, metric or output
     if (r.loss.defined()) accumulate(out.loss, r.loss.detach());
     for (const auto& [name, t] : {std::pair{"log_probs", r.output.log_probs}, std::pair{"entropy", r.output.entropy},
                                   std::pair{"values", r.output.values}}) {
       if (t.defined()) pieces[name].push_back(t.detach());
     }
-    for (const auto& [name, value] : r.metrics) accumulate(out.metrics[name], value.detach().to(torch::kDouble) / n);
+    for (const auto& [name, value] : r.metrics) {
+      accumulate(out.metrics[name], value.detach().to(torch::kDouble) / static_cast<double>(real));
+    }
+    order.insert(order.end(), rows.begin(), rows.end());
   }
-  for (auto& [name, list] : pieces) out.outputs[name] = torch::cat(list, 0);
+  for (auto& [name, list] : pieces) out.outputs[name] = in_batch_order(torch::cat(list, 0), order);
   return out;
 }
 

@@ -310,6 +310,7 @@ void check_positive(const TrainConfig& c, int64_t value, const std::string& key)
 void check_values(const TrainConfig& c) {
   check_positive(c, c.data.train_batch_size, "data.train_batch_size");
   check_positive(c, c.engine.micro_batch_size_per_gpu, "engine.micro_batch_size_per_gpu");
+  check_positive(c, c.engine.max_token_len_per_gpu, "engine.max_token_len_per_gpu");
   check_positive(c, c.data.max_length, "data.max_length");
   check_positive(c, c.trainer.log_freq, "trainer.log_freq");
   check_positive(c, c.trainer.total_epochs, "trainer.total_epochs");

@@ -44,6 +44,7 @@ enginery::ConfigSupport DdpEngine::config_support() {
     support.param_dtypes.push_back(c10::kBFloat16);
   }
   support.scaler_modes = {enginery::ScalerMode::kAuto, enginery::ScalerMode::kNever};
+  support.dynamic_bsz = true;  // the host's loop forms the micro-batches; forward_step takes any number of rows
   return support;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "host_api/error.h"
+#include "host_api/micro_batch_plan.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
 
@@ -113,6 +114,90 @@ TEST(FsdpMicroBatch, UnequalMicroBatchCountsAreAnError) {
       EXPECT_NE(std::string(e.what()).find("different numbers of micro-batches"), std::string::npos) << e.what();
     }
   });
+}
+
+// engine.use_dynamic_bsz: micro-batches formed by a token budget give the same loss, metrics, outputs (in the
+// caller's order) and gradients as fixed micro-batches, on 2 Gloo ranks whose sequences differ in length and count:
+// rank 0 has four rows (one over the budget), rank 1 two short ones and so runs a filler to match rank 0.
+TEST(FsdpMicroBatch, DynamicBatchSizeEqualsFixedMicroBatches) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    auto fixed_args = make_args("fsdp2", "fp32", ctx.rank, 2, ctx.group, ctx.store);
+    fixed_args.engine.micro_batch_size_per_gpu = 4;  // one micro-batch per rank
+    auto dynamic_args = fixed_args;
+    dynamic_args.engine.use_dynamic_bsz = true;
+    dynamic_args.engine.max_token_len_per_gpu = 12;
+    fsdp::FSDPEngine fixed(fixed_args, tiny_builder(TinyConfig{}));
+    fsdp::FSDPEngine dynamic(dynamic_args, tiny_builder(TinyConfig{}));
+    fixed.initialize();
+    dynamic.initialize();
+
+    Batch local = make_batch(ctx.rank == 0 ? 4 : 2, 16, 64, 95 + ctx.rank);
+    const std::vector<int64_t> lengths = ctx.rank == 0 ? std::vector<int64_t>{5, 16, 7, 6} : std::vector<int64_t>{3, 4};
+    auto mask = torch::zeros({local.size(), 16}, torch::kLong);
+    for (size_t r = 0; r < lengths.size(); ++r) mask[static_cast<int64_t>(r)].narrow(0, 0, lengths[r]).fill_(1);
+    local.set("attention_mask", mask);
+    local.set("loss_mask", (mask * (torch::arange(16) >= 2).to(torch::kLong)).to(torch::kFloat));
+    local.set_meta("calculate_entropy", true);
+
+    for (int step = 0; step < 2; ++step) {
+      fixed.optimizer_zero_grad();
+      dynamic.optimizer_zero_grad();
+      const BatchOutput a = fixed.forward_backward_batch(local, sft_loss, false);
+      const BatchOutput b = dynamic.forward_backward_batch(local, sft_loss, false);
+      EXPECT_NEAR(a.loss.item<double>(), b.loss.item<double>(), 1e-6 * std::abs(a.loss.item<double>()));
+      for (const char* name : {"log_probs", "entropy"}) {
+        ASSERT_TRUE(b.outputs.count(name)) << name;
+        EXPECT_TRUE(torch::allclose(a.outputs.at(name), b.outputs.at(name), 1e-6, 1e-6)) << name;
+      }
+      // Metrics are means over the real micro-batches: the fixed run's one micro-batch holds every token.
+      // Rank 0 fits its rows into 3 micro-batches ({16}, {7}, {6, 5}: 16 alone, over the budget); rank 1 spreads
+      // its two rows over the agreed 3 and runs one filler.
+      const double real = ctx.rank == 0 ? 3.0 : 2.0;
+      EXPECT_NEAR(b.metrics.at("tokens").item<double>() * real, a.metrics.at("tokens").item<double>(), 1e-9);
+      // The reduced gradients (this rank's shards) agree to fp32 summation order.
+      fixed.fsdp_module()->settle_grads();
+      dynamic.fsdp_module()->settle_grads();
+      auto& units_a = fixed.fsdp_module()->units();
+      auto& units_b = dynamic.fsdp_module()->units();
+      for (size_t u = 0; u < units_a.size(); ++u) {
+        const auto ga = units_a[u].shard_grad().to(torch::kFloat), gb = units_b[u].shard_grad().to(torch::kFloat);
+        const double scale = ga.abs().max().item<double>();
+        EXPECT_LE((ga - gb).abs().max().item<double>(), 1e-6 * scale) << units_a[u].name() << ", step " << step;
+      }
+      const double na = fixed.optimizer_step().item<double>(), nb = dynamic.optimizer_step().item<double>();
+      EXPECT_NEAR(na, nb, 1e-6 * na);
+    }
+  });
+}
+
+TEST(MicroBatchPlan, TokenBudgetBalancesAndPadsToTheAgreedCount) {
+  // Fixed: consecutive rows.
+  EXPECT_EQ(plan_by_rows(5, 2).rows, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}, {4}}));
+  // Fewest micro-batches that fit 10 tokens: {9}, {6, 4}... first-fit decreasing needs 3 for {9, 6, 4, 3, 2}.
+  const std::vector<int64_t> tokens{4, 9, 2, 6, 3};
+  EXPECT_EQ(min_micro_batches(tokens, 10), 3);
+  const MicroBatchPlan three = plan_by_tokens(tokens, 10, 3);
+  ASSERT_EQ(three.rows.size(), 3u);
+  std::vector<int64_t> seen;
+  for (const auto& rows : three.rows) {
+    int64_t load = 0;
+    for (int64_t r : rows) load += tokens[static_cast<size_t>(r)];
+    EXPECT_LE(load, 10);
+    EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
+    seen.insert(seen.end(), rows.begin(), rows.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_FALSE(three.oversize);
+  // Another rank needed 7: five rows spread one per micro-batch, two fillers.
+  const MicroBatchPlan seven = plan_by_tokens(tokens, 10, 7);
+  ASSERT_EQ(seven.rows.size(), 7u);
+  EXPECT_EQ(std::count_if(seven.rows.begin(), seven.rows.end(), [](const auto& r) { return r.empty(); }), 2);
+  // A row over the budget runs alone.
+  const MicroBatchPlan big = plan_by_tokens({30, 2, 3}, 10, min_micro_batches({30, 2, 3}, 10));
+  EXPECT_TRUE(big.oversize);
+  EXPECT_EQ(big.rows.size(), 2u);
+  EXPECT_THROW(plan_by_tokens(tokens, 0, 1), EngineryError);
 }
 
 }  // namespace
