@@ -56,7 +56,12 @@ std::optional<RankEnv> rank_env_from_environment() {
     return std::nullopt;
   }
   e.master_addr = master_addr(e.master_addr);
-  e.master_port = static_cast<int>(env_int("MASTER_PORT", 29500));
+  const int64_t port = env_int("MASTER_PORT", 29500);
+  // A TCP port is 16 bits: a larger value would silently wrap to another port.
+  if (port < 1 || port > 65535) {
+    throw EngineryError("MASTER_PORT " + std::to_string(port) + " is not a TCP port", "environment", "1..65535");
+  }
+  e.master_port = static_cast<int>(port);
   e.spawned_locally = env("ENGINERY_LOCAL_LAUNCH").has_value();
   if (e.world_size < 1 || e.rank < 0 || e.rank >= e.world_size) {
     throw EngineryError("RANK " + std::to_string(e.rank) + " is outside WORLD_SIZE " + std::to_string(e.world_size),

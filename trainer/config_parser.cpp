@@ -1,7 +1,10 @@
 // Reads a TrainConfig from TOML (+ --set overrides) through the schema in config_schema.cpp.
 #include <toml++/toml.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -306,6 +309,38 @@ void check_positive(const TrainConfig& c, int64_t value, const std::string& key)
   if (value <= 0) throw EngineryError(key + " must be positive, got " + std::to_string(value), c.where(key), "> 0");
 }
 
+// A real number within [lo, hi] (hi excluded when `hi_open`); NaN and infinities are never in range.
+void check_range(const TrainConfig& c, double value, const std::string& key, double lo, double hi, bool hi_open,
+                 const std::string& allowed) {
+  const bool in_range = std::isfinite(value) && value >= lo && (hi_open ? value < hi : value <= hi);
+  if (!in_range) {
+    std::ostringstream text;
+    text << key << " = " << value << " is out of range";
+    throw EngineryError(text.str(), c.where(key), allowed);
+  }
+}
+
+// Values no optimizer or scaler can run with: refused before any rank starts, naming the key.
+void check_optimizer_values(const TrainConfig& c) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const OptimizerConfig& o = c.optim;
+  check_range(c, o.lr, "optim.lr", 0.0, inf, true, ">= 0, finite");
+  check_range(c, o.weight_decay, "optim.weight_decay", 0.0, inf, true, ">= 0, finite");
+  check_range(c, o.betas[0], "optim.betas", 0.0, 1.0, true, "two numbers in [0, 1)");
+  check_range(c, o.betas[1], "optim.betas", 0.0, 1.0, true, "two numbers in [0, 1)");
+  check_range(c, o.eps, "optim.eps", 0.0, inf, true, ">= 0, finite");
+  check_range(c, o.clip_grad, "optim.clip_grad", -inf, inf, true, "a finite number (<= 0: no clipping)");
+  check_range(c, o.lr_warmup_steps_ratio, "optim.lr_warmup_steps_ratio", 0.0, 1.0, false, "0..1");
+  check_range(c, o.min_lr_ratio, "optim.min_lr_ratio", 0.0, 1.0, false, "0..1");
+  check_range(c, o.num_cycles, "optim.num_cycles", 0.0, inf, true, ">= 0, finite");
+  const GradScalerConfig& g = c.engine.grad_scaler;
+  check_range(c, g.init_scale, "engine.grad_scaler.init_scale", std::numeric_limits<double>::min(), inf, true,
+              "> 0, finite");
+  check_range(c, g.growth_factor, "engine.grad_scaler.growth_factor", 1.0, inf, true, ">= 1, finite");
+  check_range(c, g.backoff_factor, "engine.grad_scaler.backoff_factor", 0.0, 1.0, false, "0..1");
+  check_positive(c, g.growth_interval, "engine.grad_scaler.growth_interval");
+}
+
 // Checks that involve several keys or value ranges.
 void check_values(const TrainConfig& c) {
   check_positive(c, c.data.train_batch_size, "data.train_batch_size");
@@ -321,7 +356,7 @@ void check_values(const TrainConfig& c) {
     throw EngineryError("data.digits must be within 1..9, got " + std::to_string(c.data.digits), c.where("data.digits"));
   }
   if (c.trainer.experiment_name.empty()) throw EngineryError("trainer.experiment_name is empty", c.where("trainer.experiment_name"));
-  if (c.optim.lr < 0) throw EngineryError("optim.lr must be >= 0", c.where("optim.lr"));
+  check_optimizer_values(c);
   const ModelSource source = c.model.source();
   if (source.is_builtin()) {
     try {
@@ -336,6 +371,12 @@ void check_values(const TrainConfig& c) {
 }  // namespace
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  // Only a regular file: a directory would read as empty, and opening a FIFO blocks forever.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw EngineryError(std::filesystem::exists(path, ec) ? "not a regular file" : "no such file", path,
+                        "a TOML config file");
+  }
   std::ifstream in(path);
   if (!in) throw EngineryError("cannot open config file", path);
   std::stringstream text;
@@ -348,6 +389,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     throw EngineryError(std::string(e.description()),
                         path + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column));
   }
+  // An empty file (or one of comments only) would start a full default run nobody asked for.
+  if (root.empty()) throw EngineryError("the config file sets no key", path, "a TOML file with at least one table");
   std::map<std::string, std::string> flags;
   for (const auto& override_text : overrides) apply_override(root, override_text, flags);
 

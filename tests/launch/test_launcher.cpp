@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "host_api/error.h"
 #include "launch/local_launch.h"
 
 namespace enginery {
@@ -84,6 +85,18 @@ TEST(Launcher, RankEnvironmentFromTorchrunAndSlurm) {
   EXPECT_EQ(torchrun->world_size, 2);
   EXPECT_EQ(torchrun->master_addr, "10.0.0.1");
   EXPECT_EQ(torchrun->master_port, 1234);
+
+  // 70000 would wrap to port 4464 in 16 bits: refused, naming the variable.
+  setenv("MASTER_PORT", "70000", 1);
+  try {
+    rank_env_from_environment();
+    ADD_FAILURE() << "MASTER_PORT=70000 accepted";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_PORT 70000 is not a TCP port (allowed: 1..65535)"),
+              std::string::npos)
+        << e.what();
+  }
+  setenv("MASTER_PORT", "1234", 1);
 
   setenv("RANK", "2", 1);
   EXPECT_THROW(rank_env_from_environment(), std::exception);

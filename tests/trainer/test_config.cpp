@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -101,6 +103,44 @@ TEST(TrainConfig, BadPrecisionIsRejectedWithVerlMessage) {
   EXPECT_NE(e.find(path + ":2:15"), std::string::npos) << e;
   EXPECT_NE(e.find("unexpected precision: FP16"), std::string::npos) << e;
   EXPECT_NE(e.find("bf16"), std::string::npos) << e;
+}
+
+// Values no run can use are refused up front, naming where they were set and the allowed range.
+TEST(TrainConfig, ValuesOutOfRangeAreRefused) {
+  const auto base = write_config("range.toml", "[trainer]\ntotal_training_steps = 3\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"optim.lr=nan", "optim.lr = nan is out of range (allowed: >= 0, finite)"},
+      {"optim.lr=inf", "optim.lr = inf is out of range"},
+      {"optim.min_lr_ratio=nan", "optim.min_lr_ratio = nan is out of range (allowed: 0..1)"},
+      {"optim.betas=[0.9, 1.0]", "optim.betas = 1 is out of range (allowed: two numbers in [0, 1))"},
+      {"optim.betas=[-0.1, 0.99]", "optim.betas = -0.1 is out of range"},
+      {"optim.eps=-1e-8", "optim.eps = -1e-08 is out of range"},
+      {"optim.weight_decay=-0.1", "optim.weight_decay = -0.1 is out of range"},
+      {"optim.lr_warmup_steps_ratio=2", "optim.lr_warmup_steps_ratio = 2 is out of range"},
+      {"engine.grad_scaler.init_scale=0", "engine.grad_scaler.init_scale = 0 is out of range"},
+      {"engine.grad_scaler.backoff_factor=1.5", "engine.grad_scaler.backoff_factor = 1.5 is out of range"},
+      {"engine.max_token_len_per_gpu=0", "engine.max_token_len_per_gpu must be positive"},
+  };
+  for (const auto& [flag, message] : cases) {
+    const std::string e = error_of(base, {flag});
+    EXPECT_NE(e.find("--set " + flag + ": " + message), std::string::npos) << e;
+  }
+}
+
+// Only a regular, non-empty file is a config: a directory or an empty file used to start a full default run, and
+// a FIFO blocked open() forever.
+TEST(TrainConfig, OnlyARegularNonEmptyFileIsAConfig) {
+  const auto dir = std::filesystem::temp_directory_path() / ("enginery_cfg_dir_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  EXPECT_NE(error_of(dir.string()).find(dir.string() + ": not a regular file (allowed: a TOML config file)"),
+            std::string::npos);
+  const auto fifo = dir / "fifo.toml";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(error_of(fifo.string()).find("not a regular file"), std::string::npos);  // returns: never opened
+  EXPECT_NE(error_of((dir / "absent.toml").string()).find("no such file"), std::string::npos);
+  const auto empty = write_config("empty.toml", "# nothing but a comment\n");
+  EXPECT_NE(error_of(empty).find(empty + ": the config file sets no key"), std::string::npos) << error_of(empty);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainConfig, ClosedSetsAreTypedWithTheirPosition) {
