@@ -6,6 +6,17 @@
 #include <ostream>
 
 namespace enginery {
+namespace {
+
+// A line worth quoting as the rank's last word: not blank, and not part of a LibTorch backtrace (c10::Error
+// messages end with "Exception raised from ..." and "frame #N: ..." lines, which say nothing to a user).
+bool meaningful(const std::string& line) {
+  const size_t start = line.find_first_not_of(" \t\r");
+  if (start == std::string::npos) return false;
+  return line.compare(start, 7, "frame #") != 0 && line.compare(start, 21, "Exception raised from") != 0;
+}
+
+}  // namespace
 
 void PrefixedLines::write(const std::string& line) {
   if (stream_ != nullptr) *stream_ << prefix_ << line << '\n';
@@ -17,7 +28,7 @@ void PrefixedLines::append(const char* data, size_t n) {
   for (size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1) {
     std::string line = partial_.substr(start, nl - start);
     write(line);
-    if (line.find_first_not_of(" \t\r") != std::string::npos) last_line_ = std::move(line);
+    if (meaningful(line)) last_line_ = std::move(line);
   }
   partial_.erase(0, start);
   if (stream_ != nullptr) stream_->flush();
@@ -26,7 +37,7 @@ void PrefixedLines::append(const char* data, size_t n) {
 void PrefixedLines::finish() {
   if (!partial_.empty()) {
     write(partial_);
-    last_line_ = partial_;
+    if (meaningful(partial_)) last_line_ = partial_;
     partial_.clear();
   }
   if (stream_ != nullptr) stream_->flush();

@@ -1,6 +1,7 @@
 #pragma once
 // Forwarding a rank's stdout or stderr line by line, each line prefixed with "[rank k] " so the ranks' output
-// interleaves readably, and remembering the last non-blank line for the failure message.
+// interleaves readably, and remembering the last meaningful line (not blank, not a backtrace frame) for the
+// failure message.
 #include <cstddef>
 #include <iosfwd>
 #include <string>

@@ -122,7 +122,32 @@ void parse_api_version(const std::string& text, const std::string& where, Plugin
   manifest.api_version_where = where;
 }
 
+// The capability vocabulary of the conformance suite (conformance/README.md): a word outside it is a typo the
+// suite would otherwise skip silently ("multirank" declares nothing).
+std::vector<std::string> capabilities_known() {
+  std::vector<std::string> known = {"checkpoint-same-world", "grad-scaler", "multi-rank", "hsdp",
+                                    "reshard-after-forward"};
+  for (const char* device : {"cpu", "cuda"}) {
+    for (const char* dtype : {"fp32", "bf16", "fp16"}) known.push_back(std::string("precision-") + device + "-" + dtype);
+  }
+  return known;
+}
+
+std::vector<std::string> checked_capabilities(std::vector<std::string> capabilities, const std::string& where) {
+  const std::vector<std::string> known = capabilities_known();
+  for (const auto& capability : capabilities) {
+    if (std::find(known.begin(), known.end(), capability) != known.end()) continue;
+    std::string allowed;
+    for (const auto& k : known) allowed += (allowed.empty() ? "" : ", ") + k;
+    throw EngineryError("unknown capability '" + capability + "'", where, allowed);
+  }
+  return capabilities;
+}
+
 void check_library_path(const std::string& library, const std::string& where) {
+  if (library.empty()) {
+    throw EngineryError("field 'library' is empty", where, "the plugin library's file name, relative to the manifest");
+  }
   std::filesystem::path path(library);
   bool escapes = library.empty() || path.is_absolute() || path.has_root_name();
   for (const auto& part : path) escapes = escapes || part == "..";
@@ -184,7 +209,9 @@ PluginManifest parse_manifest_text(std::string_view text, const std::filesystem:
     manifest.sha256_where = top.where(*top.find("sha256", false));
     manifest.sha256 = normalise_sha256(*sha, manifest.sha256_where);
   }
-  manifest.capabilities = sorted_unique(top.string_array("capabilities"));
+  if (const toml::node* caps = top.find("capabilities", false)) {
+    manifest.capabilities = sorted_unique(checked_capabilities(top.string_array("capabilities"), top.where(*caps)));
+  }
 
   const toml::node* engines = top.find("engines", true);
   const toml::array* engine_array = engines->as_array();
@@ -203,6 +230,9 @@ PluginManifest parse_manifest_text(std::string_view text, const std::filesystem:
     reader.reject_unknown_keys({"model_type", "backend", "device", "capabilities"}, kEngineKeys);
     engine.key = {reader.identifier("model_type"), reader.identifier("backend"), reader.identifier("device")};
     std::vector<std::string> capabilities = reader.string_array("capabilities");
+    if (const toml::node* caps = reader.find("capabilities", false)) {
+      checked_capabilities(capabilities, reader.where(*caps));
+    }
     capabilities.insert(capabilities.end(), manifest.capabilities.begin(), manifest.capabilities.end());
     engine.capabilities = sorted_unique(std::move(capabilities));
     if (!seen.insert(engine.key).second) {

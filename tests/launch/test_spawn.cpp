@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "launch/rank_env.h"
+#include "launch/rank_output.h"
 #include "launch/spawn.h"
 
 namespace enginery {
@@ -137,6 +138,18 @@ TEST(Spawn, RankEnvRoundTripsThroughTheEnvironment) {
   EXPECT_EQ(back->master_addr, "10.1.2.3");
   EXPECT_EQ(back->master_port, 4567);
   EXPECT_TRUE(back->spawned_locally);
+}
+
+// A rank dying of a LibTorch error prints its message, then the backtrace; the launcher's summary quotes the
+// message, never "frame #7: <unknown function>".
+TEST(Spawn, LastLineSkipsBacktraceFrames) {
+  PrefixedLines lines("[rank 1] ", nullptr);
+  const std::string text =
+      "enginery train: error: rank 1: index 300 is out of bounds\nException raised from foo at bar.cpp:1\n"
+      "frame #0: c10::Error::Error() + 0x9e\nframe #7: <unknown function>\n   \n";
+  lines.append(text.data(), text.size());
+  lines.finish();
+  EXPECT_EQ(lines.last_line(), "enginery train: error: rank 1: index 300 is out of bounds");
 }
 
 }  // namespace

@@ -13,13 +13,13 @@ version = "0.1.0"
 api_version = "2.0"
 library = "lib/libenginery_fsdp.so"
 sha256 = "ABCDEF0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789"
-capabilities = ["fp16", "checkpoint"]
+capabilities = ["precision-cpu-fp16", "checkpoint-same-world"]
 
 [[engines]]
 model_type = "language_model"
 backend = "fsdp"
 device = "cpu"
-capabilities = ["hsdp", "fp16"]
+capabilities = ["hsdp", "precision-cpu-fp16"]
 
 [[engines]]
 model_type = "value_model"
@@ -54,9 +54,9 @@ TEST(Manifest, ParsesEveryField) {
   EXPECT_EQ(m.sha256_where, "/p/plugin.toml:6:10");
   ASSERT_EQ(m.engines.size(), 2u);
   EXPECT_EQ(m.engines[0].key, (EngineKey{"language_model", "fsdp", "cpu"}));
-  EXPECT_EQ(m.engines[0].capabilities, (std::vector<std::string>{"checkpoint", "fp16", "hsdp"}));
+  EXPECT_EQ(m.engines[0].capabilities, (std::vector<std::string>{"checkpoint-same-world", "hsdp", "precision-cpu-fp16"}));
   EXPECT_EQ(m.engines[1].key, (EngineKey{"value_model", "fsdp2", "cuda"}));
-  EXPECT_EQ(m.engines[1].capabilities, (std::vector<std::string>{"checkpoint", "fp16"}));
+  EXPECT_EQ(m.engines[1].capabilities, (std::vector<std::string>{"checkpoint-same-world", "precision-cpu-fp16"}));
   EXPECT_EQ(m.engines[1].where, "/p/plugin.toml:15:1");
 }
 
@@ -72,8 +72,16 @@ TEST(Manifest, ErrorsNameFileLineColumn) {
             "/p/plugin.toml:1:20: unsupported manifest_version 2 (allowed: 1)");
   EXPECT_EQ(error_of(with(kGood, "api_version = \"2.0\"", "api_version = \"one\"")).substr(0, 47),
             "/p/plugin.toml:4:15: field 'api_version' is 'on");
-  EXPECT_EQ(error_of(with(kGood, "capabilities = [\"fp16\", \"checkpoint\"]", "capabilities = [\"fp16\", 3]")),
-            "/p/plugin.toml:7:25: field 'capabilities' must be an array of strings, got integer");
+  EXPECT_EQ(error_of(with(kGood, "capabilities = [\"precision-cpu-fp16\", \"checkpoint-same-world\"]",
+                          "capabilities = [\"precision-cpu-fp16\", 3]")),
+            "/p/plugin.toml:7:39: field 'capabilities' must be an array of strings, got integer");
+  // A misspelt capability would make the conformance suite skip silently: refused where it is written.
+  const std::string typo = error_of(with(kGood, "capabilities = [\"hsdp\",", "capabilities = [\"multirank\","));
+  EXPECT_EQ(typo.rfind("/p/plugin.toml:13:16: unknown capability 'multirank' (allowed: checkpoint-same-world", 0), 0u)
+      << typo;
+  EXPECT_EQ(error_of(with(kGood, "library = \"lib/libenginery_fsdp.so\"", "library = \"\"")),
+            "/p/plugin.toml:5:11: field 'library' is empty (allowed: the plugin library's file name, relative to the "
+            "manifest)");
   std::string malformed = error_of(with(kGood, "version = \"0.1.0\"", "version = \"0.1.0"));
   EXPECT_EQ(malformed.rfind("/p/plugin.toml:3:", 0), 0u) << malformed;
   EXPECT_NE(malformed.find("malformed TOML"), std::string::npos);

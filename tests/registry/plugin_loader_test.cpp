@@ -289,7 +289,7 @@ TEST(PluginLoader, LoadsTheManifestCMakeRendered) {
   auto engines = registry.list();
   ASSERT_EQ(engines.size(), 2u);
   EXPECT_EQ(engines[0].key, (EngineKey{"language_model", "alpha", "cpu"}));
-  EXPECT_EQ(engines[0].capabilities, std::vector<std::string>{"test"});
+  EXPECT_EQ(engines[0].capabilities, std::vector<std::string>{"multi-rank"});
 }
 
 TEST(PluginLoader, EmptyDirectoryLoadsNothingAndRejectsNothing) {

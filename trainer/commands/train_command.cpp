@@ -1,4 +1,6 @@
 // `enginery train --config FILE [--nproc N] [--set key=value ...] [--resume]` (issue 6).
+#include <c10/util/Exception.h>
+
 #include <filesystem>
 #include <iostream>
 
@@ -49,6 +51,10 @@ int run_train(const TrainOptions& o) {
   if (env) {  // one rank of a job (our launcher, torchrun --no-python, srun)
     try {
       return run_rank(config, *env, plugin_path, /*print_config=*/!env->spawned_locally);
+    } catch (const c10::Error& e) {
+      // The message without LibTorch's backtrace: the launcher quotes a rank's last line to the user.
+      std::cerr << "enginery train: error: rank " << env->rank << ": " << e.what_without_backtrace() << std::endl;
+      return 1;
     } catch (const std::exception& e) {
       std::cerr << "enginery train: error: rank " << env->rank << ": " << e.what() << std::endl;
       return 1;
