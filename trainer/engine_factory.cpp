@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include "host_api/error.h"
+#include "launch/spawn.h"
 
 namespace enginery {
 
@@ -25,6 +26,14 @@ std::vector<PluginSearchDir> plugin_search_path(const TrainConfig& config, const
   }
   return path;
 }
+
+namespace {
+std::filesystem::path above_bin() { return std::filesystem::path(self_executable()).parent_path().parent_path(); }
+}  // namespace
+
+std::string installed_plugin_dir() { return (above_bin() / ENGINERY_INSTALL_PLUGIN_DIR).string(); }
+
+std::string build_tree_plugin_dir() { return (above_bin() / "plugins").string(); }
 
 std::string resolve_device(const TrainConfig& config) {
   if (config.trainer.device == "auto") return torch::cuda::is_available() ? "cuda" : "cpu";

@@ -18,6 +18,12 @@ namespace enginery {
 std::vector<PluginSearchDir> plugin_search_path(const TrainConfig& config, const std::vector<std::string>& fallback_dirs,
                                                 const std::string& install_default);
 
+// Where this executable's own installation keeps its plugins, found from the executable's path
+// (<prefix>/bin/enginery -> <prefix>/lib/enginery/plugins), so a copy installed with any --prefix finds them.
+std::string installed_plugin_dir();
+// The build tree's plugins/ beside bin/ (where a build-tree executable finds the plugins built with it).
+std::string build_tree_plugin_dir();
+
 // "cuda" when trainer.device is cuda, or auto and LibTorch sees a GPU; else "cpu".
 std::string resolve_device(const TrainConfig& config);
 

@@ -36,6 +36,16 @@ if(at EQUAL -1)
   message(FATAL_ERROR "the plugin's RUNPATH does not name the installed library directory:\n${step_output}")
 endif()
 
+# Installed with a --prefix other than the configure-time one, the executable still finds its own plugins: the
+# default plugin directory is resolved from the executable's path.
+run("installed enginery plugins" ${CMAKE_COMMAND} -E env --unset=ENGINERY_PLUGIN_PATH ${prefix}/bin/enginery plugins)
+foreach(expected "${prefix}/lib/enginery/plugins" "language_model / fsdp2 / cpu" "value_model / veomni / cpu")
+  string(FIND "${step_output}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the installed enginery does not find its own plugins (${expected}):\n${step_output}")
+  endif()
+endforeach()
+
 run("enginery plugins" ${CMAKE_COMMAND} -E env --unset=ENGINERY_PLUGIN_PATH
     ${prefix}/bin/enginery plugins --plugin-dir ${build}/plugins)
 message("${step_output}")

@@ -6,10 +6,7 @@
 
 #include "registry/plugin_loader.h"
 #include "trainer/command.h"
-
-#ifndef ENGINERY_DEFAULT_PLUGIN_DIR
-#error "ENGINERY_DEFAULT_PLUGIN_DIR is set by trainer/CMakeLists.txt"
-#endif
+#include "trainer/engine_factory.h"
 
 namespace enginery {
 namespace {
@@ -21,9 +18,10 @@ std::string joined(const std::vector<std::string>& items) {
 }
 
 int run_plugins(const std::vector<std::string>& plugin_dirs) {
-  std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
-  PluginLoader loader(
-      PluginLoader::search_path(dirs, "--plugin-dir", std::getenv(kPluginPathEnv), ENGINERY_DEFAULT_PLUGIN_DIR));
+  // The same search path `enginery train` uses with no plugins.dirs in its config, so the two always agree.
+  std::vector<std::string> fallback = plugin_dirs;
+  if (fallback.empty()) fallback.push_back(build_tree_plugin_dir());
+  PluginLoader loader(plugin_search_path(TrainConfig{}, fallback, installed_plugin_dir()));
   EngineRegistry registry;
   PluginLoadReport report = loader.load(registry);
 
@@ -57,7 +55,8 @@ const CommandRegistration kPluginsCommand(
       auto dirs = std::make_shared<std::vector<std::string>>();
       sub.add_option("--plugin-dir", *dirs,
                      "A plugin directory, or a directory of plugin directories; searched before " +
-                         std::string(kPluginPathEnv) + " and " + ENGINERY_DEFAULT_PLUGIN_DIR + " (repeatable)");
+                         std::string(kPluginPathEnv) + " and <prefix>/lib/enginery/plugins (repeatable; default: the "
+                         "build tree's plugins/ beside bin/)");
       return [dirs] { return run_plugins(*dirs); };
     });
 

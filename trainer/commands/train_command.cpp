@@ -12,8 +12,6 @@
 #include "trainer/preflight.h"
 #include "trainer/train_loop.h"
 
-#ifndef ENGINERY_DEFAULT_PLUGIN_DIR
-#define ENGINERY_DEFAULT_PLUGIN_DIR ""
 #endif
 
 namespace enginery {
@@ -43,10 +41,8 @@ int run_train(const TrainOptions& o) {
     return kConfigError;
   }
   std::vector<std::string> fallback = o.plugin_dirs;
-  if (fallback.empty()) {
-    fallback.push_back((std::filesystem::path(self_executable()).parent_path().parent_path() / "plugins").string());
-  }
-  const auto plugin_path = plugin_search_path(config, fallback, ENGINERY_DEFAULT_PLUGIN_DIR);
+  if (fallback.empty()) fallback.push_back(build_tree_plugin_dir());
+  const auto plugin_path = plugin_search_path(config, fallback, installed_plugin_dir());
 
   if (env) {  // one rank of a job (our launcher, torchrun --no-python, srun)
     try {
