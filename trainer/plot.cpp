@@ -2,10 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <vector>
 
 #include "host_api/error.h"
@@ -16,14 +20,126 @@ namespace {
 
 struct Series {
   std::string title;
-  std::vector<std::pair<double, double>> points;  // (step, value)
-  Rgb color;
+  std::vector<std::pair<double, double>> points;  // (finite step, value); a non-finite value is kept as NaN
+  Rgb color;                                      // so that the line breaks there
   bool percent = false;
+  size_t non_finite = 0;  // points whose value is NaN
+  size_t finite() const { return points.size() - non_finite; }
 };
+
+struct Metrics {
+  Series loss{"training loss", {}, {31, 119, 180}};
+  Series accuracy{"held-out exact match", {}, {214, 39, 40}, true};
+  Series val_loss{"validation loss", {}, {44, 160, 44}};
+  size_t skipped_lines = 0;
+};
+
+bool is_alpha(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }
+
+// Python's json module writes NaN, Infinity and -Infinity, C's printf nan and inf. None of them is JSON, and no
+// valid JSON has a bare word other than true/false/null outside a string, so reading them as null changes no
+// valid line while keeping the step of a line that has one.
+std::string null_for_non_finite(const std::string& line) {
+  std::string out;
+  out.reserve(line.size());
+  bool in_string = false;
+  for (size_t i = 0; i < line.size();) {
+    const char c = line[i];
+    const bool sign = (c == '-' || c == '+') && i + 1 < line.size() && is_alpha(line[i + 1]);
+    if (in_string || (!sign && !is_alpha(c))) {
+      out += c;
+      if (in_string && c == '\\' && i + 1 < line.size()) {
+        out += line[++i];
+      } else if (c == '"') {
+        in_string = !in_string;
+      }
+      ++i;
+      continue;
+    }
+    const size_t begin = sign ? i + 1 : i;
+    size_t end = begin;
+    while (end < line.size() && is_alpha(line[end])) ++end;
+    std::string word = line.substr(begin, end - begin);
+    for (char& w : word) w = static_cast<char>(std::tolower(static_cast<unsigned char>(w)));
+    out += (word == "nan" || word == "inf" || word == "infinity") ? std::string("null") : line.substr(i, end - i);
+    i = end;
+  }
+  return out;
+}
+
+void add(Series& s, double step, const nlohmann::json& value) {
+  const bool finite = value.is_number() && std::isfinite(value.get<double>());
+  s.points.push_back({step, finite ? value.get<double>() : NAN});
+  if (!finite) ++s.non_finite;
+}
+
+// One metrics line into `m`; returns why it was skipped, or "" when it was used.
+std::string read_line(const std::string& text, Metrics& m) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(null_for_non_finite(text));
+  } catch (const nlohmann::json::exception& e) {
+    return std::string("not JSON: ") + e.what();
+  }
+  if (!j.is_object()) return "not a JSON object";
+  const auto step = j.find("step");
+  if (step == j.end() || !step->is_number() || !std::isfinite(step->get<double>())) {
+    return "no finite numeric \"step\"";
+  }
+  if (j.contains("accuracy")) {
+    add(m.accuracy, step->get<double>(), j["accuracy"]);
+  } else if (j.contains("val_loss")) {
+    add(m.val_loss, step->get<double>(), j["val_loss"]);
+  } else if (j.contains("loss")) {
+    add(m.loss, step->get<double>(), j["loss"]);
+  }
+  return "";
+}
+
+Metrics read_metrics(const std::string& path, std::ostream& warnings) {
+  std::ifstream in(path);
+  if (!in) throw EngineryError("cannot open metrics", path, "the output directory of enginery train");
+  constexpr size_t kNamed = 10;  // lines skipped past this are only counted: a garbage file must not flood stderr
+  Metrics m;
+  int64_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank: nothing lost
+    const std::string why = read_line(line, m);
+    if (!why.empty() && ++m.skipped_lines <= kNamed) {
+      warnings << path << ":" << line_no << ": skipped: " << why << "\n";
+    }
+  }
+  if (m.skipped_lines > kNamed) warnings << path << ": " << m.skipped_lines - kNamed << " more lines skipped\n";
+  return m;
+}
+
+// A value range mapped onto a pixel span. Computed by halves and convex combinations so that values near
+// ±DBL_MAX give no inf or NaN, and clamped to the span: a drawn line costs its length in pixels, so no value may
+// put an end point far outside the image (one step of -2.5e9 beside steps up to 1000 once made a 2e9-pixel line).
+struct Axis {
+  double lo, hi, p0, p1;
+  double value_at(double t) const { return lo * (1 - t) + hi * t; }
+  double pixel(double v) const {
+    const double p = p0 + (p1 - p0) * ((v / 2 - lo / 2) / (hi / 2 - lo / 2));
+    return std::isfinite(p) ? std::clamp(p, std::min(p0, p1), std::max(p0, p1)) : p0;
+  }
+};
+
+// [lo, hi] given a nonzero width and widened by `pad` of it on each side, within ±DBL_MAX.
+std::pair<double, double> widen(double lo, double hi, double pad) {
+  if (lo > hi) lo = 0, hi = 1;  // nothing finite to range over
+  if (!(hi > lo)) {
+    const double d = std::max(1.0, std::abs(lo) / 4);
+    lo -= d, hi += d;
+  }
+  const double margin = 2 * pad * (hi / 2 - lo / 2);
+  return {std::max(lo - margin, -DBL_MAX), std::min(hi + margin, DBL_MAX)};
+}
 
 std::string number(double v, bool percent) {
   char buffer[32];
-  if (percent) {
+  if (percent && std::abs(v) <= 100) {
     std::snprintf(buffer, sizeof(buffer), "%.0f%%", 100.0 * v);
   } else if (std::abs(v) >= 100 || (std::abs(v) < 0.01 && v != 0)) {
     std::snprintf(buffer, sizeof(buffer), "%.2e", v);
@@ -33,88 +149,106 @@ std::string number(double v, bool percent) {
   return buffer;
 }
 
-void draw_panel(Image& img, const Series& s, int top, int height, double max_step) {
-  const Rgb axis{90, 90, 90}, grid{225, 225, 225}, ink{20, 20, 20};
-  const int left = 80, right = img.width() - 20, plot_top = top + 24, bottom = top + height - 28;
-  img.text(left, top + 6, s.title, ink, 2);
-  double lo = s.percent ? 0.0 : INFINITY, hi = s.percent ? 1.0 : -INFINITY;
-  for (const auto& [x, y] : s.points) {
-    if (!std::isfinite(y)) continue;
-    lo = std::min(lo, y), hi = std::max(hi, y);
+std::string step_label(double step) {
+  char buffer[32];
+  if (std::abs(step) >= 1e9) {
+    std::snprintf(buffer, sizeof(buffer), "%.2e", step);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), step == std::round(step) ? "%.0f" : "%.2f", step);
   }
-  if (!(hi > lo)) hi = lo + 1.0;
-  const double pad = s.percent ? 0.0 : 0.05 * (hi - lo);
-  lo -= pad, hi += pad;
-  auto px = [&](double step) { return left + (right - left) * (max_step > 0 ? step / max_step : 0.0); };
-  auto py = [&](double v) { return bottom - (bottom - plot_top) * (v - lo) / (hi - lo); };
+  return buffer;
+}
+
+struct Frame {
+  int left, right, top, bottom;
+};
+
+void draw_axes(Image& img, const Frame& f, const Axis& x, const Axis& y, bool percent) {
+  const Rgb axis{90, 90, 90}, grid{225, 225, 225};
   for (int k = 0; k <= 4; ++k) {
-    const double v = lo + (hi - lo) * k / 4.0;
-    const int y = static_cast<int>(std::lround(py(v)));
-    img.line(left, y, right, y, grid);
-    const std::string label = number(v, s.percent);
-    img.text(left - 6 - Image::text_width(label), y - 3, label, axis);
+    const int py = static_cast<int>(std::lround(y.p0 + (y.p1 - y.p0) * k / 4.0));
+    img.line(f.left, py, f.right, py, grid);
+    const std::string label = number(y.value_at(k / 4.0), percent);
+    img.text(f.left - 6 - Image::text_width(label), py - 3, label, axis);
   }
   for (int k = 0; k <= 4; ++k) {
-    const double step = max_step * k / 4.0;
-    const std::string label = std::to_string(static_cast<long long>(std::lround(step)));
-    img.text(static_cast<int>(px(step)) - Image::text_width(label) / 2, bottom + 6, label, axis);
+    const int px = static_cast<int>(std::lround(x.p0 + (x.p1 - x.p0) * k / 4.0));
+    const std::string label = step_label(x.value_at(k / 4.0));
+    img.text(px - Image::text_width(label) / 2, f.bottom + 6, label, axis);
   }
-  img.text(right - Image::text_width("step"), bottom + 16, "step", axis);
-  img.rect(left, plot_top, right, bottom, axis);
+  img.text(f.right - Image::text_width("step"), f.bottom + 16, "step", axis);
+  img.rect(f.left, f.top, f.right, f.bottom, axis);
+}
+
+void draw_points(Image& img, const Series& s, const Axis& x, const Axis& y) {
+  const bool mark = s.points.size() < 60;  // sparse series (evaluations): mark each point
   for (size_t i = 0; i < s.points.size(); ++i) {
-    const auto& [x, y] = s.points[i];
-    if (!std::isfinite(y)) continue;
+    const auto& [step, value] = s.points[i];
+    if (!std::isfinite(value)) continue;
+    const double px = x.pixel(step), py = y.pixel(value);
     if (i > 0 && std::isfinite(s.points[i - 1].second)) {
-      img.line(px(s.points[i - 1].first), py(s.points[i - 1].second), px(x), py(y), s.color, 2);
+      img.line(x.pixel(s.points[i - 1].first), y.pixel(s.points[i - 1].second), px, py, s.color, 2);
     }
-    if (s.points.size() < 60) {  // sparse series (evaluations): mark each point
-      for (int d = -2; d <= 2; ++d) img.line(px(x) - 2, py(y) + d, px(x) + 2, py(y) + d, s.color);
+    if (mark) {
+      for (int d = -2; d <= 2; ++d) img.line(px - 2, py + d, px + 2, py + d, s.color);
     }
   }
 }
 
+void draw_panel(Image& img, const Series& s, int top, int height, const Axis& steps) {
+  const Frame f{80, img.width() - 20, top + 24, top + height - 28};
+  img.text(f.left, top + 6, s.title, {20, 20, 20}, 2);
+  if (s.non_finite > 0) {
+    const std::string note = std::to_string(s.non_finite) + " non-finite values not drawn";
+    img.text(f.right - Image::text_width(note), top + 10, note, {200, 0, 0});
+  }
+  double lo = s.percent ? 0.0 : INFINITY, hi = s.percent ? 1.0 : -INFINITY;
+  for (const auto& [step, value] : s.points) {
+    if (std::isfinite(value)) lo = std::min(lo, value), hi = std::max(hi, value);
+  }
+  const auto [y_lo, y_hi] = widen(lo, hi, s.percent ? 0.0 : 0.05);
+  const Axis x{steps.lo, steps.hi, double(f.left), double(f.right)};
+  const Axis y{y_lo, y_hi, double(f.bottom), double(f.top)};
+  draw_axes(img, f, x, y, s.percent);
+  draw_points(img, s, x, y);
+}
+
 }  // namespace
 
-void plot_run(const std::string& run_dir, const std::string& png_path) {
+PlotReport plot_run(const std::string& run_dir, const std::string& png_path) {
+  return plot_run(run_dir, png_path, std::cerr);
+}
+
+PlotReport plot_run(const std::string& run_dir, const std::string& png_path, std::ostream& warnings) {
   const std::string path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
-  std::ifstream in(path);
-  if (!in) throw EngineryError("cannot open metrics", path, "the output directory of enginery train");
-  Series loss{"training loss", {}, {31, 119, 180}};
-  Series accuracy{"held-out exact match", {}, {214, 39, 40}, true};
-  Series val_loss{"validation loss", {}, {44, 160, 44}};
-  double max_step = 0;
-  int64_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      throw EngineryError(std::string("invalid JSON: ") + e.what(), path + ":" + std::to_string(line_no));
-    }
-    const double step = j.value("step", 0.0);
-    max_step = std::max(max_step, step);
-    if (j.contains("accuracy")) {
-      accuracy.points.push_back({step, j["accuracy"].get<double>()});
-    } else if (j.contains("val_loss")) {
-      val_loss.points.push_back({step, j["val_loss"].get<double>()});
-    } else if (j.contains("loss")) {
-      loss.points.push_back({step, j["loss"].get<double>()});
-    }
+  const Metrics m = read_metrics(path, warnings);
+  if (m.loss.finite() == 0) {
+    throw EngineryError("no finite training loss to draw (" + std::to_string(m.skipped_lines) + " lines skipped, " +
+                            std::to_string(m.loss.non_finite) + " non-finite losses)",
+                        path, "JSON lines such as {\"step\": 1, \"loss\": 2.5}, as enginery train writes them");
   }
-  if (loss.points.empty()) throw EngineryError("no training steps recorded", path);
-  std::vector<const Series*> panels = {&loss};
-  if (!accuracy.points.empty()) {
-    panels.push_back(&accuracy);
-  } else if (!val_loss.points.empty()) {
-    panels.push_back(&val_loss);
+  std::vector<const Series*> panels = {&m.loss};
+  if (!m.accuracy.points.empty()) {
+    panels.push_back(&m.accuracy);
+  } else if (!m.val_loss.points.empty()) {
+    panels.push_back(&m.val_loss);
   }
+  PlotReport report;
+  report.skipped_lines = m.skipped_lines;
+  double first = 0, last = -INFINITY;  // the step axis starts at 0 unless a step is negative
+  for (const Series* s : panels) {
+    report.points += s->finite(), report.non_finite += s->non_finite;
+    for (const auto& point : s->points) first = std::min(first, point.first), last = std::max(last, point.first);
+  }
+  if (report.non_finite > 0) warnings << path << ": " << report.non_finite << " non-finite values not drawn\n";
+  const auto [step_lo, step_hi] = widen(first, last, 0.0);
   const int panel_height = 300;
   Image img(900, panel_height * static_cast<int>(panels.size()) + 10, {255, 255, 255});
   for (size_t i = 0; i < panels.size(); ++i) {
-    draw_panel(img, *panels[i], 5 + static_cast<int>(i) * panel_height, panel_height, max_step);
+    draw_panel(img, *panels[i], 5 + static_cast<int>(i) * panel_height, panel_height, {step_lo, step_hi, 0, 0});
   }
   img.write_png(png_path);
+  return report;
 }
 
 }  // namespace enginery

@@ -1,10 +1,23 @@
 #pragma once
 // `enginery plot`: training loss and held-out accuracy (or validation loss) from <dir>/metrics.jsonl, drawn to PNG.
+#include <cstddef>
+#include <iosfwd>
 #include <string>
 
 namespace enginery {
 
-// Reads <run_dir>/metrics.jsonl and writes `png_path`. Throws EngineryError when there is nothing to draw.
-void plot_run(const std::string& run_dir, const std::string& png_path);
+// What a plot left out. A run that diverged writes its NaN loss as `null`, and hand-edited or cut-short files
+// may hold anything: such values and lines are skipped and counted, never fatal.
+struct PlotReport {
+  size_t points = 0;         // values drawn
+  size_t non_finite = 0;     // values present but null, NaN, inf or not a number
+  size_t skipped_lines = 0;  // lines that are not a JSON object with a finite numeric "step"
+};
+
+// Reads <run_dir>/metrics.jsonl and writes `png_path`; each skipped line and the counts above are reported on
+// `warnings` (std::cerr in the first form). Throws EngineryError naming the file when there is no finite
+// training loss to draw. The work is bounded by the number of lines and the image size, whatever the values.
+PlotReport plot_run(const std::string& run_dir, const std::string& png_path);
+PlotReport plot_run(const std::string& run_dir, const std::string& png_path, std::ostream& warnings);
 
 }  // namespace enginery

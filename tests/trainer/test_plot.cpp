@@ -1,0 +1,150 @@
+// `enginery plot` on hostile metrics.jsonl files: non-finite values, lines that are not metrics, absurd steps.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "host_api/error.h"
+#include "support/torch_compat.h"  // compat::remove_all
+#include "trainer/metrics_log.h"
+#include "trainer/plot.h"
+
+namespace enginery {
+namespace {
+
+class PlotInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("enginery_plot_input_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { compat::remove_all(dir_); }
+
+  std::string metrics() const { return (dir_ / "metrics.jsonl").string(); }
+  std::string png() const { return (dir_ / "m.png").string(); }
+  // Appends raw lines; returns the 1-based line number of each in the file.
+  std::vector<int> append(const std::vector<std::string>& lines) {
+    int existing = 0;
+    {
+      std::ifstream in(metrics());
+      for (std::string l; std::getline(in, l);) ++existing;
+    }
+    std::ofstream out(metrics(), std::ios::app);
+    std::vector<int> numbers;
+    for (const auto& l : lines) out << l << '\n', numbers.push_back(++existing);
+    return numbers;
+  }
+  bool is_png(const std::string& path) const {
+    std::ifstream in(path, std::ios::binary);
+    char sig[8] = {};
+    in.read(sig, 8);
+    return in && std::memcmp(sig, "\x89PNG\r\n\x1a\n", 8) == 0;
+  }
+  // The message of the EngineryError plot_run throws, or "" when it draws.
+  std::string error_of(std::ostringstream& warnings) {
+    try {
+      plot_run(dir_.string(), png(), warnings);
+    } catch (const EngineryError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(PlotInput, NonFiniteValuesAndGarbageLinesAreSkippedAndCounted) {
+  {
+    MetricsLog log(dir_.string(), -1);  // how a diverged run writes NaN and inf today: as null
+    log.write({{"step", 1}, {"loss", 2.0}});
+    log.write({{"step", 2}, {"loss", std::nan("")}});
+    log.write({{"step", 3}, {"loss", INFINITY}});
+  }
+  append({R"({"step": 4, "loss": NaN})", R"({"step": 5, "loss": -Infinity})", R"({"step": 6, "loss": inf})",
+          R"({"step": 7, "loss": 1.0})", "", R"({"step": 8, "loss": "nan"})",
+          R"({"step": 9, "accuracy": null, "val_loss": 0.3})", R"({"step": 10, "accuracy": 0.5})",
+          R"({"step": 11, "loss": 0.8, "note": "a \"NaN\" in a string, and -inf"})"});
+  const auto garbage = append({"this is not json", R"({"loss": 0.5})", "[1, 2, 3]", R"({"step": "seven", "loss": 1})",
+                               R"({"step": NaN, "loss": 1})", R"({"step": 12, "loss": 0.7)"});
+
+  std::ostringstream warnings;
+  const PlotReport report = plot_run(dir_.string(), png(), warnings);
+  EXPECT_EQ(report.points, 4u);       // losses at steps 1, 7, 11 and the accuracy at step 10
+  EXPECT_EQ(report.non_finite, 7u);   // losses at steps 2-6 and 8, the accuracy at step 9
+  EXPECT_EQ(report.skipped_lines, 6u);
+  for (int line : garbage) {
+    EXPECT_NE(warnings.str().find(metrics() + ":" + std::to_string(line) + ": skipped"), std::string::npos)
+        << "line " << line << " not named in:\n" << warnings.str();
+  }
+  EXPECT_NE(warnings.str().find("7 non-finite values not drawn"), std::string::npos) << warnings.str();
+  EXPECT_TRUE(is_png(png()));
+  EXPECT_GT(std::filesystem::file_size(png()), 100000u);  // two 900x300 panels, uncompressed
+}
+
+// A step far outside the others (-2.5e9 beside 1000) once drew a line of 2e9 pixels (tens of seconds each); the
+// work is now bounded by points x image size, whatever the values.
+// This asserts that it returns and draws, not how fast: a hang shows as the ctest timeout.
+TEST_F(PlotInput, AbsurdStepsAndValuesFinishAndWriteAPng) {
+  append({R"({"step": 0, "loss": 1.0})", R"({"step": 1e18, "loss": 2.0})", R"({"step": 3, "loss": 1.5})",
+          R"({"step": -1e18, "loss": 3.0})", R"({"step": 1.7e308, "loss": 1.7e308})",
+          R"({"step": -1.7e308, "loss": -1.7e308})", R"({"step": 9223372036854775807, "loss": 5e-324})",
+          R"({"step": 18446744073709551615, "accuracy": 1e300})", R"({"step": 4, "accuracy": -1e300})"});
+  std::ostringstream warnings;
+  const PlotReport report = plot_run(dir_.string(), png(), warnings);
+  EXPECT_EQ(report.points, 9u);
+  EXPECT_EQ(report.non_finite, 0u);
+  EXPECT_EQ(report.skipped_lines, 0u);
+  EXPECT_TRUE(is_png(png()));
+
+  std::filesystem::remove(metrics());  // the case that hung: one step far outside the others
+  append({R"({"step": 1000, "loss": 1.0})", R"({"step": -2.5e9, "loss": 2.0})", R"({"step": 1000, "loss": 1.0})"});
+  EXPECT_EQ(plot_run(dir_.string(), png(), warnings).points, 3u);
+  EXPECT_TRUE(is_png(png()));
+
+  // a single point, and all points on one step: a degenerate range on both axes
+  std::filesystem::remove(metrics());
+  append({R"({"step": 1e18, "loss": 1e18})", R"({"step": 1e18, "loss": 1e18})"});
+  EXPECT_EQ(plot_run(dir_.string(), png(), warnings).points, 2u);
+  EXPECT_TRUE(is_png(png()));
+}
+
+TEST_F(PlotInput, NothingToDrawIsAnErrorNamingTheFile) {
+  std::ostringstream warnings;
+  EXPECT_NE(error_of(warnings).find(metrics() + ": cannot open metrics"), std::string::npos);  // no file
+
+  append({});  // empty file
+  EXPECT_NE(error_of(warnings).find(metrics() + ": no finite training loss"), std::string::npos);
+
+  append({"", "garbage", R"({"loss": 1.0})", R"({"step": 1, "accuracy": 0.5})"});  // nothing but garbage
+  std::string error = error_of(warnings);
+  EXPECT_NE(error.find(metrics() + ": no finite training loss"), std::string::npos) << error;
+  EXPECT_NE(error.find("2 lines skipped"), std::string::npos) << error;
+
+  append({R"({"step": 2, "loss": null})", R"({"step": 3, "loss": NaN})"});  // only non-finite losses
+  error = error_of(warnings);
+  EXPECT_NE(error.find("2 non-finite losses"), std::string::npos) << error;
+  EXPECT_FALSE(std::filesystem::exists(png()));
+}
+
+TEST_F(PlotInput, SkippedLinesPastTenAreCountedNotListed) {
+  append({R"({"step": 1, "loss": 1.0})"});
+  append(std::vector<std::string>(25, "not json"));
+  std::ostringstream warnings;
+  EXPECT_EQ(plot_run(dir_.string(), png(), warnings).skipped_lines, 25u);
+  const std::string text = warnings.str();
+  size_t listed = 0;
+  for (size_t at = text.find(": skipped:"); at != std::string::npos; at = text.find(": skipped:", at + 1)) ++listed;
+  EXPECT_EQ(listed, 10u);
+  EXPECT_NE(text.find("15 more lines skipped"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace enginery
