@@ -12,8 +12,6 @@
 #include "trainer/preflight.h"
 #include "trainer/train_loop.h"
 
-#endif
-
 namespace enginery {
 namespace {
 
