@@ -114,13 +114,16 @@ ConfigKnob hsdp_knob() {
 ConfigKnob token_budget_knob() {
   ConfigKnob knob;
   knob.key = "engine.max_token_len_per_gpu";
+  // The budget means something only with dynamic micro-batches: set without them it would be ignored.
   knob.unsupported_value = [](const ConfigSupport& s, const EngineArgs& a) -> std::string {
-    if (s.dynamic_bsz || a.engine.max_token_len_per_gpu == EngineConfig{}.max_token_len_per_gpu) return "";
+    if (a.engine.max_token_len_per_gpu == EngineConfig{}.max_token_len_per_gpu) return "";
+    if (s.dynamic_bsz && a.engine.use_dynamic_bsz) return "";
     return std::to_string(a.engine.max_token_len_per_gpu);
   };
   knob.allowed = [](const ConfigSupport& s) -> std::string {
-    return s.dynamic_bsz ? "any positive count" : std::to_string(EngineConfig{}.max_token_len_per_gpu) +
-                                                      " (the budget of engine.use_dynamic_bsz, not implemented)";
+    const std::string fixed = std::to_string(EngineConfig{}.max_token_len_per_gpu);
+    return s.dynamic_bsz ? "any positive count with engine.use_dynamic_bsz = true, else " + fixed
+                         : fixed + " (the budget of engine.use_dynamic_bsz, not implemented)";
   };
   knob.set_unsupported = [](const ConfigSupport& s, EngineArgs& a) {
     if (s.dynamic_bsz) return false;

@@ -161,5 +161,23 @@ TEST(EngineRegistry, DeclaredConfigurationReachesTheFactory) {
             std::string::npos);
 }
 
+// A token budget is read only by dynamic micro-batching: without engine.use_dynamic_bsz it would be ignored, so it
+// is refused even by an engine that implements dynamic batch sizes.
+TEST(EngineRegistry, TokenBudgetWithoutDynamicBatchSizeIsRefused) {
+  EngineRegistry registry;
+  EngineRegistration r = fake({"language_model", "fsdp", "cpu"}, "p1", 1);
+  r.support.dynamic_bsz = true;
+  registry.register_engine(std::move(r));
+  EngineArgs args;
+  args.engine.max_token_len_per_gpu = 1024;
+  EXPECT_NE(message_of([&] { registry.create({"language_model", "fsdp", "cpu"}, args); })
+                .find("engine.max_token_len_per_gpu = 1024 is not implemented by engine (language_model, fsdp, cpu) of "
+                      "plugin 'p1' (/plugins/p1/plugin.toml) (allowed: any positive count with "
+                      "engine.use_dynamic_bsz = true, else 16384)"),
+            std::string::npos);
+  args.engine.use_dynamic_bsz = true;
+  EXPECT_EQ(registry.create({"language_model", "fsdp", "cpu"}, args)->args().engine.max_token_len_per_gpu, 1024);
+}
+
 }  // namespace
 }  // namespace enginery::test
