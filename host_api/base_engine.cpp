@@ -64,6 +64,17 @@ torch::Tensor in_batch_order(const torch::Tensor& run_order, const std::vector<i
   return torch::empty_like(run_order).index_copy_(0, index, run_order);
 }
 
+// All-reduces a small fp64 host tensor over the engine's group (on the group's device: NCCL needs CUDA tensors) and
+// returns it on the host. A world of one skips the collective.
+torch::Tensor all_reduce_doubles(const BaseEngine& e, const torch::Tensor& values, c10d::ReduceOp op) {
+  if (e.get_data_parallel_size() <= 1) return values;
+  std::vector<torch::Tensor> one{values.to(e.device())};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  e.get_data_parallel_group()->allreduce(one, options)->wait();
+  return one[0].cpu();
+}
+
 // The host loop's micro-batches for `batch` (host_api/micro_batch_plan.h); dynamic ones are agreed over the group.
 MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch) {
   const EngineConfig& engine = e.args().engine;
@@ -78,14 +89,9 @@ MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch) {
   const std::vector<int64_t> tokens = valid_tokens_per_row(batch);
   const int64_t budget = engine.max_token_len_per_gpu;
   // Every rank runs as many micro-batches as the rank that needs the most, so their collectives pair up.
-  auto count = torch::tensor({static_cast<double>(min_micro_batches(tokens, budget))}, torch::kDouble);
-  if (e.get_data_parallel_size() > 1) {
-    std::vector<torch::Tensor> one{count.to(e.device())};
-    c10d::AllreduceOptions max;
-    max.reduceOp = c10d::ReduceOp::MAX;
-    e.get_data_parallel_group()->allreduce(one, max)->wait();
-    count = one[0].cpu();
-  }
+  const auto count = all_reduce_doubles(
+      e, torch::tensor({static_cast<double>(min_micro_batches(tokens, budget))}, torch::kDouble),
+      c10d::ReduceOp::MAX);
   MicroBatchPlan plan = plan_by_tokens(tokens, budget, static_cast<int64_t>(count.item<double>()));
   static std::atomic<bool> warned{false};
   if (plan.oversize && !warned.exchange(true)) {
@@ -101,18 +107,14 @@ double agree_on_tokens(const BaseEngine& e, const Batch& batch, int64_t micro_ba
   // (sum n)^2 holds exactly when every rank has the same number of micro-batches (so no rank waits forever in a
   // gradient reduction the others never start).
   const double n = static_cast<double>(micro_batches);
-  auto stats = torch::tensor({count_target_tokens(batch), n, n * n}, torch::TensorOptions().dtype(torch::kDouble));
+  const auto stats = all_reduce_doubles(
+      e, torch::tensor({count_target_tokens(batch), n, n * n}, torch::kDouble), c10d::ReduceOp::SUM);
   const int64_t world = e.get_data_parallel_size();
-  if (world > 1) {
-    std::vector<torch::Tensor> one{stats.to(e.device())};
-    e.get_data_parallel_group()->allreduce(one)->wait();
-    stats = one[0].cpu();
-  }
   const double sum_n = stats[1].item<double>(), sum_n2 = stats[2].item<double>();
   if (static_cast<double>(world) * sum_n2 != sum_n * sum_n) {
     throw EngineryError("ranks have different numbers of micro-batches (this rank: " + std::to_string(micro_batches) +
                             ", mean: " + std::to_string(sum_n / static_cast<double>(world)) +
-                            "); every rank must get the same batch size",
+                            "); give every rank the same number of rows, or set engine.use_dynamic_bsz = true",
                         "rank " + std::to_string(e.get_data_parallel_rank()) + ", engine.micro_batch_size_per_gpu");
   }
   return stats[0].item<double>();
