@@ -114,6 +114,49 @@ void check_shared_loop_agrees(const Target& target) {
   }
 }
 
+// The batch with every row's padding moved to the left (verl's prompt side), tokens and targets moved with it.
+Batch left_padded(const Batch& batch) {
+  Batch out = batch;
+  const auto lengths = batch.at("attention_mask").sum(1).cpu();
+  const int64_t seq = batch.at("attention_mask").size(1);
+  for (const auto& [name, t] : batch.tensors()) {
+    if (t.dim() != 2 || t.size(1) != seq) continue;
+    std::vector<torch::Tensor> rows;
+    for (int64_t r = 0; r < t.size(0); ++r) rows.push_back(t[r].roll(seq - lengths[r].item<int64_t>()));
+    out.set(name, torch::stack(rows));
+  }
+  return out;
+}
+
+std::string skip_unless_remove_padding(const Target& target) {
+  const std::string precision = requires_precisions({"fp32"})(target);
+  if (!precision.empty()) return precision;
+  for (const EngineInfo& info : target.registry->list()) {
+    if (!(info.key == target.key)) continue;
+    return info.support.remove_padding ? "" : "the engine does not declare model.use_remove_padding";
+  }
+  return "the engine is not registered";
+}
+
+void check_remove_padding_agrees(const Target& target) {
+  EngineSpec dense;
+  EngineSpec packed;
+  packed.adjust = [](EngineArgs& args) { args.model.use_remove_padding = true; };
+  auto a = make_engine(target, dense);
+  auto b = make_engine(target, packed);
+  const LossFn loss = loss_with_metrics(target);
+  const Batch right = make_batch(target);
+  for (const Batch& batch : {right, left_padded(right)}) {
+    SCOPED_TRACE(&batch == &right ? "right padded" : "left padded");
+    const BatchOutput x = a->train_batch(batch, loss);
+    const BatchOutput y = b->train_batch(batch, loss);
+    EXPECT_NEAR(y.loss.item<double>(), x.loss.item<double>(), 1e-5 * std::abs(x.loss.item<double>()) + 1e-7);
+    EXPECT_NEAR(y.grad_norm.item<double>(), x.grad_norm.item<double>(), 1e-5 * x.grad_norm.item<double>());
+    const std::string head = head_name(target);
+    EXPECT_LT(max_abs_diff(y.outputs.at(head), x.outputs.at(head)), 1e-4) << head;
+  }
+}
+
 }  // namespace
 
 void add_loop_checks(std::vector<Check>& checks) {
@@ -121,6 +164,10 @@ void add_loop_checks(std::vector<Check>& checks) {
                     "the engine and an unsharded reference engine give the same loss, metrics and outputs through "
                     "the host's micro-batch loop",
                     requires_precisions({"fp32"}), check_shared_loop_agrees});
+  checks.push_back({"remove_padding_agrees",
+                    "model.use_remove_padding (valid tokens packed, attention per sequence) gives the padded run's "
+                    "loss, gradient norm and outputs on right- and left-padded batches",
+                    skip_unless_remove_padding, check_remove_padding_agrees});
 }
 
 }  // namespace conformance

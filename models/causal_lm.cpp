@@ -2,6 +2,7 @@
 
 #include "host_api/error.h"
 #include "models/lm_head.h"
+#include "models/packed_sequences.h"
 #include "support/torch_compat.h"
 
 namespace enginery {
@@ -81,7 +82,56 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
   auto positions = in.position_ids.defined()
                        ? in.position_ids.to(device)
                        : (mask.to(torch::kLong).cumsum(-1) - 1).clamp_min(0);
+  // Without padding there is nothing to take out: the dense path is the packed one. A micro-batch of padding only
+  // (nothing to pack) runs dense too, so its units still run their collectives.
+  if (in.remove_padding && !all_valid && valid.any().item<bool>()) {
+    return packed_forward(ids, valid, positions, head, hooks);
+  }
+
   AttentionContext ctx;
+  if (!all_valid) ctx.mask = padded_causal_mask(valid);
+  auto h = body_forward(ids, positions, std::move(ctx), hooks);
+  if (head_ == HeadKind::kValue) {
+    return value_head(score_(h).squeeze(-1).to(torch::kFloat) * valid.to(torch::kFloat), hooks);
+  }
+  // Row (b, s) of the hidden states predicts token (b, s + 1); only pairs of real tokens are computed.
+  const int64_t hidden = h.size(-1);
+  auto h_rows = h.narrow(1, 0, t - 1).reshape({-1, hidden});
+  auto targets = ids.narrow(1, 1, t - 1).reshape({-1});
+  // Without padding every pair is real: no nonzero() (a host synchronisation) and no gather of the rows.
+  torch::Tensor rows;
+  if (!all_valid) {
+    auto pair_valid = valid.narrow(1, 0, t - 1).logical_and(valid.narrow(1, 1, t - 1)).reshape({-1});
+    rows = pair_valid.nonzero().squeeze(1);
+    h_rows = h_rows.index_select(0, rows);
+    targets = targets.index_select(0, rows);
+  }
+  return language_head(h_rows, targets, head, hooks, [&](const torch::Tensor& values) {
+    auto flat = all_valid ? values : torch::zeros({b * (t - 1)}, values.options()).index_copy(0, rows, values);
+    return torch::cat({torch::zeros({b, 1}, values.options()), flat.view({b, t - 1})}, 1);
+  });
+}
+
+ModelOutput CausalLM::packed_forward(const torch::Tensor& ids, const torch::Tensor& valid,
+                                     const torch::Tensor& positions, const HeadOptions& head, UnitHooks* hooks) {
+  const int64_t b = ids.size(0), t = ids.size(1);
+  PackedBatch packed = pack_batch(valid, ids, positions);
+  AttentionContext ctx;
+  ctx.packed = packed.sequences;
+  auto h = body_forward(packed.input_ids, packed.position_ids, std::move(ctx), hooks)[0];  // [N, hidden]
+  if (head_ == HeadKind::kValue) {
+    return value_head(unpack_to_padded(score_(h).squeeze(-1).to(torch::kFloat), packed.index, b, t), hooks);
+  }
+  const PackedPairs pairs = packed_pairs(packed, t);
+  auto targets = ids.reshape({-1}).index_select(0, pairs.targets);
+  return language_head(h.index_select(0, pairs.rows), targets, head, hooks, [&](const torch::Tensor& values) {
+    return unpack_to_padded(values, pairs.targets, b, t);
+  });
+}
+
+torch::Tensor CausalLM::body_forward(const torch::Tensor& ids, const torch::Tensor& positions, AttentionContext ctx,
+                                     UnitHooks* hooks) {
+  const auto device = ids.device();
   ctx.rope = rope_tables(inv_freq_.to(device), positions);
   // Cast once per forward to the embeddings' dtype, as transformers casts its fp32 tables to the dtype of the
   // hidden states entering the layers; under FSDP that is param_dtype, the dtype q and k have, so the layers'
@@ -89,7 +139,6 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
   const auto embed_dtype = model_->embed_tokens->weight.scalar_type();
   ctx.rope.cos = ctx.rope.cos.to(embed_dtype);
   ctx.rope.sin = ctx.rope.sin.to(embed_dtype);
-  if (!all_valid) ctx.mask = padded_causal_mask(valid);
   ctx.layers_recomputed = checkpointing_;
 
   size_t unit = 0;
@@ -102,43 +151,32 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
     h = checkpointing_ ? checkpointed_layer_forward(*layer, h, ctx) : layer->forward(h, ctx);
     if (hooks) hooks->post_forward(unit, {h});
   }
-  ++unit;
-  if (hooks) hooks->pre_forward(unit);
-  h = model_->norm(h);
+  if (hooks) hooks->pre_forward(unit + 1);  // the head unit: its post_forward is the head's
+  return model_->norm(h);
+}
+
+ModelOutput CausalLM::value_head(torch::Tensor values, UnitHooks* hooks) {
   ModelOutput out;
-  if (head_ == HeadKind::kValue) {
-    out.values = score_(h).squeeze(-1).to(torch::kFloat) * valid.to(torch::kFloat);
-    if (hooks) hooks->post_forward(unit, {out.values});
-    return out;
-  }
-  // Row (b, s) of the hidden states predicts token (b, s + 1); only pairs of real tokens are computed.
-  const int64_t hidden = h.size(-1);
-  // Without padding every pair is real: no nonzero() (a host synchronisation) and no gather of the rows.
-  torch::Tensor rows;
-  auto h_rows = h.narrow(1, 0, t - 1).reshape({-1, hidden});
-  auto targets = ids.narrow(1, 1, t - 1).reshape({-1});
-  if (!all_valid) {
-    auto pair_valid = valid.narrow(1, 0, t - 1).logical_and(valid.narrow(1, 1, t - 1)).reshape({-1});
-    rows = pair_valid.nonzero().squeeze(1);
-    h_rows = h_rows.index_select(0, rows);
-    targets = targets.index_select(0, rows);
-  }
+  out.values = std::move(values);
+  if (hooks) hooks->post_forward(model_->layers.size() + 1, {out.values});
+  return out;
+}
+
+ModelOutput CausalLM::language_head(const torch::Tensor& h_rows, const torch::Tensor& targets,
+                                    const HeadOptions& head, UnitHooks* hooks,
+                                    const std::function<torch::Tensor(const torch::Tensor&)>& to_padded) {
   const auto weight = output_embedding_weight();
-  const auto dtype_device = device.type();
-  const auto compute_dtype =
-      compat::autocast_enabled(dtype_device) ? compat::autocast_dtype(dtype_device) : weight.scalar_type();
+  const auto device = h_rows.device().type();
+  const auto compute_dtype = compat::autocast_enabled(device) ? compat::autocast_dtype(device) : weight.scalar_type();
   auto r = chunked_log_probs(h_rows, weight, targets, head.compute_entropy, compute_dtype, head.chunk_tokens);
-  auto scatter = [&](const torch::Tensor& values) {
-    auto flat = all_valid ? values : torch::zeros({b * (t - 1)}, values.options()).index_copy(0, rows, values);
-    return torch::cat({torch::zeros({b, 1}, values.options()), flat.view({b, t - 1})}, 1);
-  };
-  out.log_probs = scatter(r.log_probs);
+  ModelOutput out;
+  out.log_probs = to_padded(r.log_probs);
   std::vector<torch::Tensor> outputs{out.log_probs};
   if (head.compute_entropy) {
-    out.entropy = scatter(r.entropy);
+    out.entropy = to_padded(r.entropy);
     outputs.push_back(out.entropy);
   }
-  if (hooks) hooks->post_forward(unit, outputs);
+  if (hooks) hooks->post_forward(model_->layers.size() + 1, outputs);
   return out;
 }
 

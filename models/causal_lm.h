@@ -4,6 +4,7 @@
 // model.layers.<i>.*, model.norm.weight, lm_head.weight | score.weight, score.bias).
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,19 @@ class CausalLM : public DecoderModel {
   DecoderBody body() { return model_; }
 
  private:
+  // model.use_remove_padding: the micro-batch's valid tokens as one row (models/packed_sequences.h).
+  ModelOutput packed_forward(const torch::Tensor& ids, const torch::Tensor& valid, const torch::Tensor& positions,
+                             const HeadOptions& head, UnitHooks* hooks);
+  // Embeddings, decoder layers and the final norm over ids [B, T] (or one packed row [1, N]), each unit between its
+  // hooks; the head unit's pre_forward is called, its post_forward is the head's.
+  torch::Tensor body_forward(const torch::Tensor& ids, const torch::Tensor& positions, AttentionContext ctx,
+                             UnitHooks* hooks);
+  ModelOutput value_head(torch::Tensor values, UnitHooks* hooks);
+  // Log-probs (and entropy) of `targets` from the hidden rows predicting them; to_padded places one value per row
+  // into the caller's [batch, seq] layout.
+  ModelOutput language_head(const torch::Tensor& h_rows, const torch::Tensor& targets, const HeadOptions& head,
+                            UnitHooks* hooks, const std::function<torch::Tensor(const torch::Tensor&)>& to_padded);
+
   ModelArgs args_;
   HeadKind head_;
   bool checkpointing_ = false;

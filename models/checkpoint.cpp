@@ -27,6 +27,12 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     ctx->saved_data["sin"] = attn->rope.sin;
     ctx->saved_data["has_mask"] = attn->mask.defined();
     if (attn->mask.defined()) ctx->saved_data["mask"] = attn->mask;
+    ctx->saved_data["packed"] = attn->packed.defined();
+    if (attn->packed.defined()) {
+      ctx->saved_data["cu_seqlens"] = attn->packed.cu_seqlens;
+      ctx->saved_data["offsets"] = torch::tensor(attn->packed.offsets, torch::kLong);
+      ctx->saved_data["max_len"] = attn->packed.max_len;
+    }
     ctx->saved_data["autocast"] = compat::autocast_enabled(device);
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(compat::autocast_dtype(device));
     return layer->forward(x, *attn);
@@ -38,6 +44,12 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     AttentionContext attn;
     attn.rope = {ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor()};
     if (ctx->saved_data["has_mask"].toBool()) attn.mask = ctx->saved_data["mask"].toTensor();
+    if (ctx->saved_data["packed"].toBool()) {
+      attn.packed.cu_seqlens = ctx->saved_data["cu_seqlens"].toTensor();
+      const auto offsets = ctx->saved_data["offsets"].toTensor();
+      attn.packed.offsets.assign(offsets.data_ptr<int64_t>(), offsets.data_ptr<int64_t>() + offsets.numel());
+      attn.packed.max_len = ctx->saved_data["max_len"].toInt();
+    }
     const bool autocast_on = ctx->saved_data["autocast"].toBool();
     const auto autocast_dtype = static_cast<c10::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
     auto x = ctx->get_saved_variables()[0];

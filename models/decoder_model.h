@@ -18,6 +18,8 @@ struct ModelInputs {
   torch::Tensor input_ids;       // [B, T] int64
   torch::Tensor attention_mask;  // [B, T], 1 = real token (left or right padding)
   torch::Tensor position_ids;    // [B, T] int64; undefined -> derived from attention_mask (cumsum - 1)
+  // model.use_remove_padding: compute on the valid tokens only, packed into one row; outputs keep the [B, T] layout.
+  bool remove_padding = false;
 };
 
 struct HeadOptions {

@@ -91,6 +91,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
   }
   q = apply_rope(q, ctx.rope);
   k = apply_rope(k, ctx.rope);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  if (ctx.packed.defined()) {
+    // [1, heads, N, D] -> the varlen layout [N, heads, D]; kv heads stay unexpanded (the kernels read them).
+    const auto dtype = v.scalar_type();
+    auto out = packed_causal_attention(q[0].transpose(0, 1).to(dtype), k[0].transpose(0, 1).to(dtype),
+                                       v[0].transpose(0, 1), ctx.packed, scale);
+    return o_proj(out.reshape({b, t, heads_ * head_dim_}));
+  }
   if (kv_heads_ != heads_) {
     // Grouped-query attention: query head h reads kv head h / (heads / kv_heads), as transformers' repeat_kv.
     const int64_t rep = heads_ / kv_heads_;
@@ -102,12 +110,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
   if (kv_heads_ != heads_ && compat::kSdpaHasGqa && x.is_cuda() && !ctx.mask.defined()) {
     // The fused kernels read kv head h / (heads / kv_heads) themselves: no expanded copies of k and v, in the
     // forward or saved for backward.
-    auto out = compat::sdpa_gqa(q.to(dtype), k.to(dtype), v, /*is_causal=*/true,
-                                1.0 / std::sqrt(static_cast<double>(head_dim_)));
+    auto out = compat::sdpa_gqa(q.to(dtype), k.to(dtype), v, /*is_causal=*/true, scale);
     return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
   }
-  auto out = compat::sdpa(q.to(dtype), k.to(dtype), v, ctx.mask, /*is_causal=*/!ctx.mask.defined(),
-                          1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  auto out = compat::sdpa(q.to(dtype), k.to(dtype), v, ctx.mask, /*is_causal=*/!ctx.mask.defined(), scale);
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 

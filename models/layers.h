@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "models/model_args.h"
+#include "models/packed_sequences.h"
 
 namespace enginery {
 namespace models {
@@ -31,6 +32,7 @@ RopeTables rope_tables(const torch::Tensor& inv_freq, const torch::Tensor& posit
 struct AttentionContext {
   RopeTables rope;  // in the dtype of the embeddings (what enters the layers)
   torch::Tensor mask;  // bool [B, 1, T, T] (true = may attend) or undefined: plain causal attention
+  PackedSequences packed;  // defined: the hidden states are one packed row [1, N, hidden] (model.use_remove_padding)
   // Gradient checkpointing: each layer's activations live only while backward recomputes it, so keeping one more
   // of them costs nothing at the peak and saves recomputing it.
   bool layers_recomputed = false;

@@ -275,6 +275,45 @@ inline at::Tensor sdpa_gqa(const at::Tensor& q, const at::Tensor& k, const at::T
 #endif
 }
 
+// ---- variable-length attention ---------------------------------------------------------------------------------
+// Packed rows (model.use_remove_padding): q [N, H, D], k/v [N, Hkv, D] hold several sequences back to back, sequence i
+// at rows [cu_seqlens[i], cu_seqlens[i+1]) (int32, on q's device). 2.1+ CUDA builds have aten's flash kernel for this
+// layout, differentiable through aten's own backward; it reads kv head h / (H / Hkv) itself (GQA). It takes fp16/bf16
+// with head_dim a multiple of 8 up to 256 on sm80+; anything else takes the caller's per-sequence path. Versions: 2.1
+// to 2.3 end the signature at `scale`; later ones append defaulted window / seqused_k / alibi arguments, so this call
+// compiles on all of them. 1.13 and 2.0: no varlen kernel.
+#if ENGINERY_TORCH_AT_LEAST(2, 1) && defined(ENGINERY_WITH_CUDA)
+constexpr bool kHasVarlenFlash = true;
+#else
+constexpr bool kHasVarlenFlash = false;
+#endif
+
+inline bool varlen_flash_applies(const at::Tensor& q) {
+  if (!kHasVarlenFlash || !q.is_cuda()) return false;
+  const auto dtype = q.scalar_type();
+  const int64_t d = q.size(-1);
+  if ((dtype != at::kBFloat16 && dtype != at::kHalf) || d % 8 != 0 || d > 256) return false;
+#ifdef ENGINERY_WITH_CUDA
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.get_device());
+  return major >= 8;
+#else
+  return false;
+#endif
+}
+
+inline at::Tensor varlen_flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                         const at::Tensor& cu_seqlens, int64_t max_len, double scale) {
+#if ENGINERY_TORCH_AT_LEAST(2, 1) && defined(ENGINERY_WITH_CUDA)
+  auto result = at::_flash_attention_forward(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, /*dropout_p=*/0.0,
+                                             /*is_causal=*/true, /*return_debug_mask=*/false, scale);
+  return std::get<0>(result);
+#else
+  (void)q, (void)k, (void)v, (void)cu_seqlens, (void)max_len, (void)scale;
+  TORCH_CHECK(false, "varlen_flash_attention needs a CUDA build of LibTorch 2.1+ (compat::kHasVarlenFlash)");
+#endif
+}
+
 // ---- fused kernels ---------------------------------------------------------------------------------------------
 // at::rms_norm exists from 2.4 (a composite of ATen ops); 2.8+ routes CUDA to a fused kernel (aten::_fused_rms_norm
 // and its backward; measured in 2.11 on an H200: 0.13 ms forward+backward for [8192 x 1536] bf16 against 0.63 ms

@@ -44,6 +44,7 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   s.hsdp = true;
   s.keep_params_after_forward = true;
   s.dynamic_bsz = true;  // the host's loop forms the micro-batches; forward_step takes any number of rows
+  s.remove_padding = true;  // the model packs each micro-batch's valid tokens (models/packed_sequences.h)
   s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
   s.checkpoint_content_subsets = true;
   return s;

@@ -37,8 +37,9 @@ std::shared_ptr<DecoderModel> load(const std::string& dir) {
   return model;
 }
 
-// Runs the sequences as one batch padded on `side`, returns per-sequence rows in the t = 0..len-2 layout.
-void check_batched(DecoderModel& model, const Expected& e, bool left, int64_t chunk_tokens) {
+// Runs the sequences as one batch padded on `side` (packed without its padding when `packed`: the
+// model.use_remove_padding path), returns per-sequence rows in the t = 0..len-2 layout.
+void check_batched(DecoderModel& model, const Expected& e, bool left, int64_t chunk_tokens, bool packed = false) {
   int64_t t = 0;
   for (const auto& s : e.tokens) t = std::max<int64_t>(t, s.size());
   const int64_t b = e.tokens.size();
@@ -53,7 +54,9 @@ void check_batched(DecoderModel& model, const Expected& e, bool left, int64_t ch
   HeadOptions head;
   head.compute_entropy = true;
   head.chunk_tokens = chunk_tokens;
-  auto out = model.forward({ids, mask, torch::Tensor()}, head, nullptr);
+  ModelInputs in{ids, mask, torch::Tensor()};
+  in.remove_padding = packed;
+  auto out = model.forward(in, head, nullptr);
   ASSERT_EQ(out.log_probs.sizes(), (std::vector<int64_t>{b, t}));
   for (int64_t i = 0; i < b; ++i) {
     const int64_t len = e.tokens[i].size(), start = left ? t - len : 0;
@@ -95,6 +98,18 @@ TEST_P(Parity, LeftPaddedBatchInSmallChunksMatchesTransformers) {
   const auto dir = data_dir(GetParam());
   auto model = load(dir);
   check_batched(*model, load_expected(dir), /*left=*/true, /*chunk_tokens=*/7);
+}
+
+TEST_P(Parity, PackedRightPaddedBatchMatchesTransformers) {
+  const auto dir = data_dir(GetParam());
+  auto model = load(dir);
+  check_batched(*model, load_expected(dir), /*left=*/false, /*chunk_tokens=*/0, /*packed=*/true);
+}
+
+TEST_P(Parity, PackedLeftPaddedBatchMatchesTransformers) {
+  const auto dir = data_dir(GetParam());
+  auto model = load(dir);
+  check_batched(*model, load_expected(dir), /*left=*/true, /*chunk_tokens=*/5, /*packed=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::Values("hf_llama_gqa", "hf_qwen2_tied", "hf_qwen3_qknorm"));
