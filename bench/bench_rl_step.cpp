@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
   bench::add_engine_flags(app, flags);
   app.add_option("--batch", batch_file, "safetensors batch written by bench/gpu/make_rl_batch.py")->required();
   app.add_flag("--remove-padding", remove_padding, "model.use_remove_padding: packed variable-length sequences");
-  app.add_flag("--dynamic-bsz", dynamic_bsz, "engine.use_dynamic_bsz: micro-batches by a token budget");
-  app.add_option("--max-token-len", max_token_len, "engine.max_token_len_per_gpu (with --dynamic-bsz)");
+  auto* dynamic = app.add_flag("--dynamic-bsz", dynamic_bsz, "engine.use_dynamic_bsz: micro-batches by a token budget");
+  app.add_option("--max-token-len", max_token_len, "engine.max_token_len_per_gpu")->needs(dynamic);
   app.add_option("--clip-ratio", ppo.clip_ratio, "PPO clip (both sides)");
   CLI11_PARSE(app, argc, argv);
 
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   EngineArgs args = bench::engine_args(me, flags);
   args.model.use_remove_padding = remove_padding;
   args.engine.use_dynamic_bsz = dynamic_bsz;
-  // Set only with the flag: a budget without dynamic micro-batching is refused (host_api/config_support.cpp).
+  // Only with the flag: a budget without dynamic micro-batching is refused (host_api/config_support.cpp).
   if (dynamic_bsz) args.engine.max_token_len_per_gpu = max_token_len;
   auto engine = bench::load_engine(flags, args);
 

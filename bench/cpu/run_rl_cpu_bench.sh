@@ -5,14 +5,14 @@
 # dynamic batch size (engine.use_dynamic_bsz). Prints the table of bench/gpu/make_rl_table.py with enginery padded
 # as the baseline (Debian has no transformers, so no reference row). Not a test: numbers depend on the machine.
 #   bench/cpu/run_rl_cpu_bench.sh [BUILD_DIR] [OUT_DIR]      (cmake target: bench_rl_cpu)
-# BENCH_CPU_MODEL (builtin:qwen2-tiny, or an HF directory), BENCH_CPU_STEPS / BENCH_CPU_WARMUP (3 / 1),
+# BENCH_CPU_MODEL (builtin:qwen2-tiny, or an HF directory), BENCH_CPU_STEPS / BENCH_CPU_WARMUP (2 / 1),
 # BENCH_CPU_MBS (4), BENCH_CPU_MAX_TOKEN_LEN (1024: one padded micro-batch, 4 rows x 256).
 set -eo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 out=${2:-}
 model=${BENCH_CPU_MODEL:-builtin:qwen2-tiny}
-steps=${BENCH_CPU_STEPS:-3}
+steps=${BENCH_CPU_STEPS:-2}
 warmup=${BENCH_CPU_WARMUP:-1}
 mbs=${BENCH_CPU_MBS:-4}
 budget=${BENCH_CPU_MAX_TOKEN_LEN:-1024}
@@ -40,4 +40,5 @@ run
 run --remove-padding
 run --remove-padding --dynamic-bsz --max-token-len "$budget"
 if [ -n "$out" ]; then mkdir -p "$out" && cp "$work/results.jsonl" "$out/"; fi
-python3 "$root/bench/gpu/make_rl_table.py" "$work/results.jsonl" --machine "CPU ($(nproc) cores), OMP_NUM_THREADS=1 per rank"
+python3 "$root/bench/gpu/make_rl_table.py" "$work/results.jsonl" \
+  --machine "CPU ($(nproc) cores), OMP_NUM_THREADS=1 per rank"

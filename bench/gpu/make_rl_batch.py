@@ -53,8 +53,8 @@ def draw(args):
     # (with independent draws the median of 64 lands anywhere in ~[780, 1280], 95% of seeds).
     n = args.num_seqs
     bins = [(i + rng.random()) / n for i in range(n)]
-    prompts = [args.prompt_min + min(args.prompt_max - args.prompt_min, int(q * (args.prompt_max - args.prompt_min + 1)))
-               for q in bins]
+    span = args.prompt_max - args.prompt_min
+    prompts = [args.prompt_min + min(span, int(q * (span + 1))) for q in bins]
     normal, mu = NormalDist(), math.log(args.resp_median)
     bins = [(i + rng.random()) / n for i in range(n)]
     responses = [min(args.resp_cap, max(args.resp_min, round(math.exp(mu + args.resp_sigma * normal.inv_cdf(q)))))
@@ -96,7 +96,8 @@ def write_safetensors(path, tensors, shape, metadata):
             data = array.array(data.typecode, data)
             data.byteswap()
         raw = data.tobytes()
-        header[name] = {"dtype": names[data.typecode], "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {"dtype": names[data.typecode], "shape": list(shape),
+                        "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -140,8 +141,9 @@ def main():
     want = response_length_stats(args.resp_median, args.resp_sigma, args.resp_min, args.resp_cap)
     got = dict(median=percentile(responses, 0.5), mean=sum(responses) / len(responses),
                p90=percentile(responses, 0.9), at_cap=sum(r == args.resp_cap for r in responses) / len(responses))
+    padded = stats["padded_tokens"]
     print(f"{args.out}: {args.num_seqs} sequences, [{shape[0]}, {shape[1]}] (prompt {P} + response {R}), "
-          f"valid {valid} of {stats['padded_tokens']} tokens ({100 * (1 - valid / stats['padded_tokens']):.0f}% padding)")
+          f"valid {valid} of {padded} tokens ({100 * (1 - valid / padded):.0f}% padding)")
     for name, d in (("distribution", want), ("sample", got)):
         print(f"  response lengths, {name:12s}: median {d['median']:.0f}, mean {d['mean']:.0f}, p90 {d['p90']:.0f}, "
               f"{100 * d['at_cap']:.0f}% at the cap {args.resp_cap}")
