@@ -6,16 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
-#include <cstdlib>
 #include <filesystem>
-#include <set>
 #include <fstream>
 #include <iostream>
+#include <set>
 
-#include "launch/rank_env.h"
-#include "launch/world_group.h"
-#include "registry/plugin_loader.h"
+#include "bench/bench_common.h"
 #include "support/torch_compat.h"
 
 #if defined(ENGINERY_WITH_CUDA) && __has_include(<torch/csrc/autograd/profiler_kineto.h>)
@@ -23,78 +19,25 @@
 #define ENGINERY_BENCH_KINETO 1
 #endif
 
-namespace {
-
-// Peak resident set of this process (VmHWM), the CPU side's memory figure.
-double peak_rss_gib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / (1024.0 * 1024.0);
-  }
-  return 0.0;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
+  using namespace enginery;
   CLI::App app{"enginery engine step benchmark"};
-  std::string model_dir, tokens_file, plugin_dir, device = "cuda", backend = "fsdp2", out;
-  int64_t seq = 4096, mbs = 2, steps = 20, warmup = 5;
-  bool ac = false;
-  double lr = 1e-5;
+  bench::EngineFlags flags;
+  std::string tokens_file;
+  int64_t seq = 4096;
   double flops_per_token = 0.0;
-  app.add_option("--model", model_dir, "HF model directory (config.json + safetensors)")->required();
+  bench::add_engine_flags(app, flags);
   app.add_option("--tokens", tokens_file, "int32 token file (nanoGPT .bin layout), as the reference reads")->required();
-  app.add_option("--plugin-dir", plugin_dir)->required();
-  app.add_option("--device", device);
-  app.add_option("--backend", backend);
   app.add_option("--seq", seq);
-  app.add_option("--mbs", mbs);
-  app.add_option("--steps", steps);
-  app.add_option("--warmup", warmup);
-  app.add_option("--lr", lr);
   app.add_option("--flops-per-token", flops_per_token, "model FLOPs per token for MFU (the reference prints it)");
-  app.add_flag("--ac", ac, "activation checkpointing per decoder layer");
-  app.add_option("--out", out, "append the JSON result here");
   std::string profile;
   app.add_option("--profile", profile, "after the timed steps, profile one more step (CUDA builds: kineto) and "
                  "write its chrome trace here (bench/gpu/profile_summary.py reads it)");
   CLI11_PARSE(app, argc, argv);
 
-  using namespace enginery;
-  // The host's one way to become a rank (launch/): RANK/WORLD_SIZE/... as torchrun sets them, else one rank.
-  const RankEnv env = rank_env_from_environment().value_or(RankEnv{});
-  const int64_t rank = env.rank, world = env.world_size, local_rank = env.local_rank;
-  c10::intrusive_ptr<c10d::Store> store =
-      world == 1 ? make_file_store((std::filesystem::temp_directory_path() /
-                                    ("enginery-bench-store-" + std::to_string(getpid()))).string(), 1)
-                 : make_tcp_store(env);
-  if (device == "cuda") compat::cuda_set_device(local_rank);
-  auto group = make_world_group(store, rank, world, device);
-
-  EngineRegistry registry;
-  PluginLoader loader(PluginLoader::search_path({plugin_dir}, "--plugin-dir", nullptr, {}));
-  auto report = loader.load(registry);
-  for (const auto& r : report.rejected) std::cerr << "rejected plugin " << r.path << ": " << r.reason << "\n";
-
-  EngineArgs args;
-  args.rank = rank;
-  args.world_size = world;
-  args.local_rank = local_rank;
-  args.world_group = group;
-  args.store = store;
-  args.model.path = model_dir;
-  args.model.enable_gradient_checkpointing = ac;
-  args.engine.strategy = backend;
-  args.engine.micro_batch_size_per_gpu = mbs;
-  args.engine.mixed_precision = MixedPrecisionConfig{c10::kBFloat16, c10::kFloat, c10::kFloat};
-  args.optim.lr = lr;
-  args.optim.weight_decay = 0.01;
-  args.optim.clip_grad = 1.0;
-  args.optim.total_training_steps = warmup + steps;
-  auto engine = registry.create("language_model", backend, device, args);
-  engine->initialize();
+  const bench::Rank me = bench::join_world(flags.device);
+  const int64_t rank = me.env.rank, world = me.env.world_size, mbs = flags.mbs;
+  auto engine = bench::load_engine(flags, bench::engine_args(me, flags));
 
   // Same tokens as the reference: row r of step s is tokens[((s * world + rank) * mbs + r) * seq ...].
   const auto bytes = std::filesystem::file_size(tokens_file);
@@ -108,9 +51,7 @@ int main(int argc, char** argv) {
     r.loss = -(out.log_probs.to(torch::kFloat) * micro.at("loss_mask")).sum() / ctx.global_num_tokens;
     return r;
   };
-  compat::cuda_reset_peak_memory();
-  std::vector<double> losses, times;
-  auto torch_device = torch::Device(device == "cuda" ? torch::kCUDA : torch::kCPU, device == "cuda" ? local_rank : -1);
+  const torch::Device torch_device = me.device;
   // Step k of rank r reads its own mbs x seq window of the token file, as the reference script does.
   auto batch_for_step = [&](int64_t step) {
     const int64_t offset = (step * world + rank) * mbs * seq;
@@ -124,25 +65,14 @@ int main(int argc, char** argv) {
     batch.set("loss_mask", mask);
     return batch;
   };
-  for (int64_t step = 0; step < warmup + steps; ++step) {
-    Batch batch = batch_for_step(step);
-    compat::device_synchronize(torch_device);
-    auto t0 = std::chrono::steady_clock::now();
-    auto result = engine->train_batch(batch, sft);
-    const double loss = result.loss.item<double>();  // the step's only host sync, after the step
-    compat::device_synchronize(torch_device);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    losses.push_back(loss);
-    if (step >= warmup) times.push_back(dt);
-    if (rank == 0) std::cerr << "step " << step << " loss " << loss << " " << dt << " s\n";
-  }
+  const bench::StepLog log = bench::run_steps(*engine, batch_for_step, sft, flags.warmup, flags.steps, rank);
   if (!profile.empty()) {
 #ifdef ENGINERY_BENCH_KINETO
     namespace prof = torch::autograd::profiler;
     using torch::profiler::impl::ActivityType;
     const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
     const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
-    Batch batch = batch_for_step(warmup + steps);
+    Batch batch = batch_for_step(flags.warmup + flags.steps);
     compat::device_synchronize(torch_device);
     prof::prepareProfiler(config, activities);
     prof::enableProfiler(config, activities);
@@ -157,17 +87,12 @@ int main(int argc, char** argv) {
     std::cerr << "--profile: this build has no kineto profiler (CUDA builds only); skipped\n";
 #endif
   }
-  double total = 0;
-  for (double t : times) total += t;
-  const double tok_s = static_cast<double>(mbs * seq * world) * static_cast<double>(times.size()) / total;
-  nlohmann::json result = {{"impl", "enginery-" + backend}, {"seq", seq}, {"mbs", mbs}, {"ac", ac},
-                           {"world", world}, {"steps", steps}, {"tokens_per_s", tok_s},
+  const double tok_s = static_cast<double>(mbs * seq * world) / bench::mean(log.seconds);
+  nlohmann::json result = {{"impl", "enginery-" + flags.backend}, {"seq", seq}, {"mbs", mbs}, {"ac", flags.ac},
+                           {"world", world}, {"steps", flags.steps}, {"tokens_per_s", tok_s},
                            {"mfu", flops_per_token > 0 ? tok_s * flops_per_token / (989e12 * world) : 0.0},
-                           {"peak_mem_gib", device == "cuda" ? compat::cuda_peak_allocated_gib() : peak_rss_gib()},
-                           {"final_loss", losses.back()}, {"losses", losses}};
-  if (rank == 0) {
-    std::cout << result.dump() << std::endl;
-    if (!out.empty()) std::ofstream(out, std::ios::app) << result.dump() << "\n";
-  }
+                           {"peak_mem_gib", bench::peak_memory_gib(flags.device)},
+                           {"final_loss", log.losses.back()}, {"losses", log.losses}};
+  bench::report(result, rank, flags.out);
   return 0;
 }

@@ -22,12 +22,14 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const char* kAllowedDtypes = "F32, BF16, F16";
+// I64 is for data files (token ids and masks, e.g. bench/gpu/make_rl_batch.py), not for model weights.
+const char* kAllowedDtypes = "F32, BF16, F16, I64";
 
 c10::ScalarType dtype_from_name(const std::string& name, const std::string& where) {
   if (name == "F32") return c10::kFloat;
   if (name == "BF16") return c10::kBFloat16;
   if (name == "F16") return c10::kHalf;
+  if (name == "I64") return c10::kLong;
   throw EngineryError("unsupported tensor dtype '" + name + "'", where, kAllowedDtypes);
 }
 
@@ -36,6 +38,7 @@ std::string dtype_name(c10::ScalarType dtype, const std::string& where) {
     case c10::kFloat: return "F32";
     case c10::kBFloat16: return "BF16";
     case c10::kHalf: return "F16";
+    case c10::kLong: return "I64";
     default: throw EngineryError(std::string("cannot write dtype ") + c10::toString(dtype), where, kAllowedDtypes);
   }
 }

@@ -1,6 +1,7 @@
 #pragma once
 // safetensors reading (memory-mapped) and writing, single files and sharded checkpoints with
-// model.safetensors.index.json. Dtypes: F32, BF16, F16 (what HF checkpoints of these models hold).
+// model.safetensors.index.json. Dtypes: F32, BF16, F16 (what HF checkpoints of these models hold), and I64 for data
+// files (token ids, masks).
 #include <torch/torch.h>
 
 #include <cstdint>

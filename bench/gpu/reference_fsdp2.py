@@ -38,6 +38,39 @@ def model_flops_per_token(cfg, seq):
     return 6 * params + 12 * L * h * seq
 
 
+def init_rank(seed):
+    """NCCL process group from torchrun's environment, this rank's GPU, the seed; returns the rank."""
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    torch.manual_seed(seed)
+    return dist.get_rank()
+
+
+def fsdp2_model_and_optimizer(model_dir, shape, ac, lr):
+    """The HF model from `model_dir` (random init of `shape` without one), fp32 master weights, sdpa attention,
+    `fully_shard` per decoder layer and on the root with bf16 compute / fp32 reduction, fused AdamW."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if model_dir:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
+                                                     attn_implementation="sdpa").cuda()
+    else:
+        cfg = Qwen2Config(**shape, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                          attn_implementation="sdpa", torch_dtype=torch.float32)
+        with torch.device("cuda"):
+            model = Qwen2ForCausalLM(cfg)
+    model.train()  # from_pretrained returns eval mode, where transformers skips activation checkpointing
+    if ac:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model.model.layers:
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.01, fused=True)
+    return model, opt
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="1.5B", choices=sorted(SHAPES))
@@ -54,31 +87,9 @@ def main():
     ap.add_argument("--profile", default="", help="after the timed steps, profile one more step into this chrome trace")
     args = ap.parse_args()
 
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    dist.init_process_group("nccl")
-    rank = dist.get_rank()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    torch.manual_seed(args.seed)
-
+    rank = init_rank(args.seed)
     shape = SHAPES[args.shape]
-    cfg = Qwen2Config(**shape, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                      attn_implementation="sdpa", torch_dtype=torch.float32)
-    if args.model_dir:
-        model = Qwen2ForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32,
-                                                 attn_implementation="sdpa").cuda()
-    else:
-        with torch.device("cuda"):
-            model = Qwen2ForCausalLM(cfg)
-    model.train()  # from_pretrained returns eval mode, where transformers skips activation checkpointing
-    if args.ac:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.model.layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), weight_decay=0.01, fused=True)
+    model, opt = fsdp2_model_and_optimizer(args.model_dir, shape, args.ac, args.lr)
 
     gen = torch.Generator(device="cuda").manual_seed(args.seed + rank)
     world = dist.get_world_size()
