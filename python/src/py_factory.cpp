@@ -25,14 +25,10 @@ EngineRegistry& registry() {
 std::string key_of(const std::string& override_text) { return override_text.substr(0, override_text.find('=')); }
 
 // The config dict holds engine settings only: the trainer's own sections mean nothing to an engine.
-void check_engine_key(const std::string& key, const std::string& backend) {
+void check_engine_key(const std::string& key) {
   const std::string section = key.substr(0, key.find('.'));
   if (section != "model" && section != "engine" && section != "optim" && section != "checkpoint") {
     throw EngineryError("'" + key + "' is not an engine setting", kConfigSource, kEngineSections);
-  }
-  if (key == "engine.strategy") {
-    throw EngineryError("engine.strategy is the backend argument ('" + backend + "'), not a config key",
-                        kConfigSource, kEngineSections);
   }
 }
 
@@ -51,17 +47,25 @@ int64_t total_steps(const std::string& override_text) {
 TrainConfig parse_config(const EngineRequest& request) {
   std::vector<std::string> overrides;
   std::optional<int64_t> steps;
+  bool strategy_given = false;
   for (const auto& text : request.overrides) {
     const std::string key = key_of(text);
     if (key == "optim.total_training_steps") {
       steps = total_steps(text);
       continue;
     }
-    check_engine_key(key, request.backend);
+    check_engine_key(key);
+    strategy_given = strategy_given || key == "engine.strategy";
     overrides.push_back(text);
   }
-  overrides.push_back("engine.strategy=\"" + request.backend + "\"");
+  // verl's engine_config carries the backend as `strategy` too; the two must agree.
+  if (!strategy_given) overrides.push_back("engine.strategy=\"" + request.backend + "\"");
   TrainConfig config = train_config_from_overrides(overrides, kConfigSource);
+  if (config.engine.strategy != request.backend) {
+    throw EngineryError("engine.strategy = '" + config.engine.strategy + "' disagrees with the backend argument '" +
+                            request.backend + "'",
+                        config.where("engine.strategy"), request.backend);
+  }
   if (steps) config.optim.total_training_steps = *steps;
   return config;
 }

@@ -17,6 +17,7 @@ def engine_with(extra):
     ({"optim.lr": "fast"}, "optim.lr"),                                  # wrong type
     ({"engine.param_offload": True}, "engine.param_offload"),            # not implemented by fsdp (ConfigSupport)
     ({"data.train_batch_size": 8}, "data.train_batch_size"),            # a trainer setting, not an engine's
+    ({"engine": {"strategy": "fsdp2"}}, "engine.strategy"),             # disagrees with the backend argument
 ])
 def test_bad_config_key_is_named(extra, named):
     with pytest.raises(enginery.EngineryError) as error:
