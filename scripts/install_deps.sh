@@ -3,7 +3,8 @@
 # when something is missing.
 set -euo pipefail
 packages=(libtorch-dev libgloo-dev libtomlplusplus-dev libboost-dev nlohmann-json3-dev libgtest-dev libcli11-dev
-          cmake ninja-build g++ ccache make python3)
+          cmake ninja-build g++ ccache make python3
+          python3-dev python3-torch pybind11-dev python3-pytest)  # the Python module (python/) and its tests
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -268,9 +268,10 @@ class TomlReader : public ConfigVisitor {
   std::map<std::string, std::string>* origins_;
 };
 
-// Applies one "a.b.c=value" override to the document.
-void apply_override(toml::table& root, const std::string& text, std::map<std::string, std::string>& flags) {
-  const std::string flag = "--set " + text;
+// Applies one "a.b.c=value" override to the document; `flag_prefix` + text is where errors point ("--set ").
+void apply_override(toml::table& root, const std::string& text, std::map<std::string, std::string>& flags,
+                    const std::string& flag_prefix) {
+  const std::string flag = flag_prefix + text;
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
     throw EngineryError("expected key=value", flag, "dotted keys such as trainer.total_training_steps=100");
@@ -368,6 +369,20 @@ void check_values(const TrainConfig& c) {
   }
 }
 
+// The overrides applied to `root`, then the schema's walk and every check; `source` names the document.
+TrainConfig parse_document(toml::table& root, const std::string& source, const std::vector<std::string>& overrides,
+                           const std::string& flag_prefix) {
+  std::map<std::string, std::string> flags;
+  for (const auto& override_text : overrides) apply_override(root, override_text, flags, flag_prefix);
+  TrainConfig config;
+  config.source = source;
+  TomlReader reader(root, source, flags, &config.origins);
+  visit_config(reader, config);
+  reader.reject_unknown();
+  check_values(config);
+  return config;
+}
+
 }  // namespace
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -391,16 +406,12 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   }
   // An empty file (or one of comments only) would start a full default run nobody asked for.
   if (root.empty()) throw EngineryError("the config file sets no key", path, "a TOML file with at least one table");
-  std::map<std::string, std::string> flags;
-  for (const auto& override_text : overrides) apply_override(root, override_text, flags);
+  return parse_document(root, path, overrides, "--set ");
+}
 
-  TrainConfig config;
-  config.source = path;
-  TomlReader reader(root, path, flags, &config.origins);
-  visit_config(reader, config);
-  reader.reject_unknown();
-  check_values(config);
-  return config;
+TrainConfig train_config_from_overrides(const std::vector<std::string>& overrides, const std::string& source) {
+  toml::table root;
+  return parse_document(root, source, overrides, source + " ");
 }
 
 }  // namespace enginery

@@ -85,6 +85,9 @@ struct TrainConfig {
 // taken as a plain string). Throws EngineryError naming file:line:col (or the --set flag), the key, and what is
 // allowed.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same parse and checks for a document made of `overrides` alone (every other key at its default), for callers
+// without a file (the Python module's config dict). Errors name "<source> <key>=<value>".
+TrainConfig train_config_from_overrides(const std::vector<std::string>& overrides, const std::string& source);
 
 // The fully resolved configuration (every key, defaults included) as TOML that load_train_config reads back.
 std::string to_toml(const TrainConfig& config);

@@ -1,0 +1,115 @@
+"""enginery's C++ training engines, driven from Python (docs/ARCHITECTURE.md, "The contract").
+
+    import enginery, torch.distributed as dist
+    dist.init_process_group("gloo")                      # optional: one process needs no group
+    enginery.load_plugins(["build/plugins"])
+    engine = enginery.new_engine("language_model", "fsdp", "cpu", {"model.path": "builtin:qwen2-tiny"})
+    engine.initialize()
+    with engine.train_mode():
+        out = engine.train_batch(batch, loss_fn)         # loss_fn(model_output, data[, ctx]) -> (loss, metrics)
+
+Configuration keys are verl's, spelled as the dotted keys of the trainer's TOML file ("engine.micro_batch_size_per_gpu",
+"optim.lr", ...), flat or as nested dicts ({"optim": {"lr": 1e-4}}); the same parser reads both, so an unknown
+key, a wrong type, or a value the engine does not implement raises EngineryError naming the key.
+"""
+import math
+import os
+import warnings
+
+# First: loads LibTorch and registers torch's Python types, which the extension converts to and from.
+import torch
+
+from ._enginery import Engine, EngineryError, LossContext, ModeContext  # noqa: F401
+from . import _enginery
+
+__all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "load_plugins", "plugins", "new_engine"]
+
+
+def load_plugins(dirs):
+    """Loads the plugins found in `dirs` (a path or a list; each a plugin folder or a folder of them), then in
+    ENGINERY_PLUGIN_PATH. A folder already searched in this process is skipped. Returns the names of the plugins
+    loaded; a plugin that fails a check is skipped with a RuntimeWarning saying why."""
+    if isinstance(dirs, (str, bytes, os.PathLike)):
+        dirs = [dirs]
+    report = _enginery._load_plugins([os.fsdecode(d) for d in dirs])
+    for path, reason in report["rejected"]:
+        warnings.warn(f"enginery: plugin at {path} skipped: {reason}", RuntimeWarning, stacklevel=2)
+    return list(report["loaded"])
+
+
+def plugins():
+    """Every registered engine: dicts with model_type, backend, device, plugin, manifest, capabilities."""
+    return _enginery._plugins()
+
+
+def new_engine(model_type, backend, device="cpu", config=None):
+    """Builds the engine registered for (model_type, backend, device) from `config` (verl's keys; None values mean
+    the default). Over several processes it uses the default group of torch.distributed.init_process_group, which
+    must exist before this call; alone, none is needed. Call initialize() next."""
+    overrides = [f"{key}={_toml_value(key, value)}" for key, value in _flatten(config or {}, "").items()
+                 if value is not None]
+    group, store = _default_group(device)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    return _enginery._new_engine(model_type, backend, device, overrides, group, store, local_rank)
+
+
+def _flatten(config, prefix):
+    flat = {}
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise EngineryError(f"new_engine config: key {key!r} is not a string")
+        name = prefix + key
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _toml_value(key, value):
+    """`value` in TOML syntax, as the trainer's `--set key=value` reads it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(key, item) for item in value) + "]"
+    if isinstance(value, torch.dtype):
+        return _toml_string(str(value).replace("torch.", ""))
+    raise EngineryError(f"new_engine config: {key} is a {type(value).__name__} "
+                        "(allowed: bool, int, float, str, list, dict, torch.dtype)")
+
+
+def _toml_string(text):
+    escaped = []
+    for char in text:
+        if char in ('"', "\\"):
+            escaped.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            escaped.append(f"\\u{ord(char):04X}")
+        else:
+            escaped.append(char)
+    return '"' + "".join(escaped) + '"'
+
+
+def _default_group(device):
+    """The caller's default process group as the c10d class the engines talk to, and its store; (None, None) when
+    torch.distributed has none."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None, None
+    from torch.distributed import distributed_c10d
+    group = distributed_c10d._get_default_group()
+    # From PyTorch 2.0 the default group dispatches to one backend per device type; the engines talk to that
+    # backend (host_api/comm_group.h). 1.13's group is the backend itself.
+    if hasattr(group, "_get_backend"):
+        group = group._get_backend(torch.device(device))
+    return group, distributed_c10d._get_default_store()

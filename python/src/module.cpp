@@ -1,0 +1,72 @@
+// enginery._enginery: the C++ engines from Python (python/enginery/__init__.py wraps it; docs/ARCHITECTURE.md,
+// "The contract"). Built against the LibTorch of the torch that imports it, so tensors and process groups are
+// torch's own objects on both sides.
+#include "host_api/error.h"
+#include "python/src/py_engine.h"
+#include "python/src/py_factory.h"
+
+namespace py = pybind11;
+using enginery::LossContext;
+using enginery::python::EngineRequest;
+using enginery::python::ModeContext;
+using enginery::python::PyEngine;
+
+namespace {
+
+void bind_loss_context(py::module_& m) {
+  py::class_<LossContext>(m, "LossContext", "What the micro-batch loop tells the loss about the whole call.")
+      .def_readonly("global_num_tokens", &LossContext::global_num_tokens,
+                    "Target tokens of all micro-batches on all data-parallel ranks: divide the token sum by it.")
+      .def_readonly("dp_size", &LossContext::dp_size)
+      .def_readonly("micro_batch_index", &LossContext::micro_batch_index)
+      .def_readonly("num_micro_batches", &LossContext::num_micro_batches)
+      .def_readonly("calculate_entropy", &LossContext::calculate_entropy)
+      .def("is_last_micro_batch", &LossContext::is_last_micro_batch);
+}
+
+void bind_engine(py::module_& m) {
+  py::class_<ModeContext>(m, "ModeContext")
+      .def("__enter__", [](ModeContext& self) { self.enter(); })
+      .def("__exit__", [](ModeContext& self, const py::args&) {
+        self.exit();
+        return false;  // never swallows the block's exception
+      });
+  py::class_<PyEngine, std::shared_ptr<PyEngine>>(m, "Engine")
+      .def("initialize", &PyEngine::initialize)
+      .def("train_mode", [](const PyEngine& self) { return self.mode(true); })
+      .def("eval_mode", [](const PyEngine& self) { return self.mode(false); })
+      .def_property_readonly("is_training", &PyEngine::is_training)
+      .def("forward_backward_batch", &PyEngine::forward_backward_batch, py::arg("batch"), py::arg("loss_fn"),
+           py::arg("forward_only") = false)
+      .def("train_batch", &PyEngine::train_batch, py::arg("batch"), py::arg("loss_fn"))
+      .def("infer_batch", &PyEngine::infer_batch, py::arg("batch"), py::arg("loss_fn") = py::none())
+      .def("optimizer_zero_grad", &PyEngine::optimizer_zero_grad)
+      .def("optimizer_step", &PyEngine::optimizer_step)
+      .def("lr_scheduler_step", &PyEngine::lr_scheduler_step)
+      .def("save_checkpoint", &PyEngine::save_checkpoint, py::arg("path"), py::arg("global_step") = 0,
+           py::arg("max_ckpt_to_keep") = py::none())
+      .def("load_checkpoint", &PyEngine::load_checkpoint, py::arg("path"))
+      .def("get_data_parallel_rank", &PyEngine::data_parallel_rank)
+      .def("get_data_parallel_size", &PyEngine::data_parallel_size);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_enginery, m) {
+  m.doc() = "enginery's C++ training engines (use the enginery package, not this module)";
+  py::register_exception<enginery::EngineryError>(m, "EngineryError", PyExc_RuntimeError);
+  bind_loss_context(m);
+  bind_engine(m);
+  m.def("_load_plugins", &enginery::python::load_plugins, py::arg("dirs"));
+  m.def("_plugins", &enginery::python::plugins);
+  m.def(
+      "_new_engine",
+      [](std::string model_type, std::string backend, std::string device, std::vector<std::string> overrides,
+         const py::object& group, const py::object& store, int64_t local_rank) {
+        const EngineRequest request{std::move(model_type), std::move(backend), std::move(device),
+                                    std::move(overrides), local_rank};
+        return std::make_shared<PyEngine>(enginery::python::new_engine(request, group, store));
+      },
+      py::arg("model_type"), py::arg("backend"), py::arg("device"), py::arg("overrides"), py::arg("group"),
+      py::arg("store"), py::arg("local_rank"));
+}

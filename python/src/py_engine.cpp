@@ -1,0 +1,114 @@
+#include "python/src/py_engine.h"
+
+#include <utility>
+
+namespace enginery {
+namespace python {
+namespace {
+
+// Whether `fn` takes a third positional argument (the LossContext): verl's losses take two.
+bool takes_context(const py::object& fn) {
+  try {
+    py::object signature = py::module_::import("inspect").attr("signature")(fn);
+    signature.attr("bind")(py::none(), py::none(), py::none());
+    return true;
+  } catch (const py::error_already_set& e) {
+    // TypeError: three do not bind; ValueError: no signature to inspect (a builtin), assume verl's two.
+    if (e.matches(PyExc_TypeError) || e.matches(PyExc_ValueError)) return false;
+    throw;
+  }
+}
+
+}  // namespace
+
+ModeContext::ModeContext(std::shared_ptr<BaseEngine> engine, bool training)
+    : engine_(std::move(engine)), training_(training) {}
+
+void ModeContext::enter() { guard_.emplace(training_ ? engine_->train_mode() : engine_->eval_mode()); }
+
+void ModeContext::exit() { guard_.reset(); }
+
+PyEngine::PyEngine(std::shared_ptr<BaseEngine> engine) : engine_(std::move(engine)) {}
+
+void PyEngine::initialize() {
+  py::gil_scoped_release release;
+  engine_->initialize();
+}
+
+LossFn python_loss(const py::object& loss_fn) {
+  if (loss_fn.is_none()) return {};
+  const bool with_context = takes_context(loss_fn);
+  // Engines copy the LossFn without the GIL: copies share one Python reference, dropped under the GIL.
+  std::shared_ptr<py::object> fn(new py::object(loss_fn), [](py::object* object) {
+    py::gil_scoped_acquire gil;
+    delete object;
+  });
+  return [fn, with_context](const ModelOutput& output, const Batch& micro_batch, const LossContext& ctx) {
+    py::gil_scoped_acquire gil;
+    py::object returned = with_context ? (*fn)(dict_from_output(output), dict_from_batch(micro_batch), py::cast(ctx))
+                                       : (*fn)(dict_from_output(output), dict_from_batch(micro_batch));
+    return loss_result_from(returned);
+  };
+}
+
+py::dict PyEngine::forward_backward_batch(const py::dict& batch, const py::object& loss_fn, bool forward_only) {
+  const Batch input = batch_from_dict(batch);
+  const LossFn loss = python_loss(loss_fn);
+  BatchOutput output;
+  {
+    py::gil_scoped_release release;
+    output = engine_->forward_backward_batch(input, loss, forward_only);
+  }
+  return dict_from_batch_output(output, false);
+}
+
+py::dict PyEngine::train_batch(const py::dict& batch, const py::object& loss_fn) {
+  const Batch input = batch_from_dict(batch);
+  const LossFn loss = python_loss(loss_fn);
+  BatchOutput output;
+  {
+    py::gil_scoped_release release;
+    output = engine_->train_batch(input, loss);
+  }
+  return dict_from_batch_output(output, true);
+}
+
+py::dict PyEngine::infer_batch(const py::dict& batch, const py::object& loss_fn) {
+  const Batch input = batch_from_dict(batch);
+  const LossFn loss = python_loss(loss_fn);
+  BatchOutput output;
+  {
+    py::gil_scoped_release release;
+    output = engine_->infer_batch(input, loss);
+  }
+  return dict_from_batch_output(output, false);
+}
+
+void PyEngine::optimizer_zero_grad() {
+  py::gil_scoped_release release;
+  engine_->optimizer_zero_grad();
+}
+
+double PyEngine::optimizer_step() {
+  py::gil_scoped_release release;
+  return engine_->optimizer_step().item<double>();
+}
+
+double PyEngine::lr_scheduler_step() {
+  py::gil_scoped_release release;
+  return engine_->lr_scheduler_step();
+}
+
+void PyEngine::save_checkpoint(const std::string& path, int64_t global_step, std::optional<int64_t> max_ckpt_to_keep) {
+  py::gil_scoped_release release;
+  // verl's None keeps every checkpoint, as max_ckpt_to_keep <= 0 does here.
+  engine_->save_checkpoint(path, global_step, max_ckpt_to_keep.value_or(0));
+}
+
+void PyEngine::load_checkpoint(const std::string& path) {
+  py::gil_scoped_release release;
+  engine_->load_checkpoint(path);
+}
+
+}  // namespace python
+}  // namespace enginery

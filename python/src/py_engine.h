@@ -1,0 +1,56 @@
+#pragma once
+// The engine as Python sees it: BaseEngine's methods with the GIL released around the C++ compute and taken back
+// in the Python loss callback (docs/ARCHITECTURE.md, "One step"). Batches and results are dicts (py_convert.h).
+#include <memory>
+#include <optional>
+
+#include "python/src/py_convert.h"
+
+namespace enginery {
+namespace python {
+
+// `with engine.train_mode():` / `eval_mode()`: the mode holds inside the block, the previous one comes back after.
+class ModeContext {
+ public:
+  ModeContext(std::shared_ptr<BaseEngine> engine, bool training);
+  void enter();
+  void exit();
+
+ private:
+  std::shared_ptr<BaseEngine> engine_;
+  bool training_;
+  std::optional<BaseEngine::ModeGuard> guard_;
+};
+
+class PyEngine {
+ public:
+  explicit PyEngine(std::shared_ptr<BaseEngine> engine);
+
+  void initialize();
+  ModeContext mode(bool training) const { return ModeContext(engine_, training); }
+  bool is_training() const { return engine_->is_training(); }
+
+  py::dict forward_backward_batch(const py::dict& batch, const py::object& loss_fn, bool forward_only);
+  py::dict train_batch(const py::dict& batch, const py::object& loss_fn);
+  py::dict infer_batch(const py::dict& batch, const py::object& loss_fn);
+
+  void optimizer_zero_grad();
+  double optimizer_step();  // the global grad norm before clipping; non-finite: the step was skipped
+  double lr_scheduler_step();
+
+  void save_checkpoint(const std::string& path, int64_t global_step, std::optional<int64_t> max_ckpt_to_keep);
+  void load_checkpoint(const std::string& path);
+
+  int64_t data_parallel_rank() const { return engine_->get_data_parallel_rank(); }
+  int64_t data_parallel_size() const { return engine_->get_data_parallel_size(); }
+
+ private:
+  std::shared_ptr<BaseEngine> engine_;
+};
+
+// A Python callable loss_fn(model_output, data[, ctx]) -> (loss, metrics) as the contract's LossFn; None: no loss.
+// Python's exception leaves the C++ step as py::error_already_set and comes back to the caller as itself.
+LossFn python_loss(const py::object& loss_fn);
+
+}  // namespace python
+}  // namespace enginery

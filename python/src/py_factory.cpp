@@ -1,0 +1,146 @@
+#include "python/src/py_factory.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include "host_api/error.h"
+#include "registry/plugin_loader.h"
+#include "trainer/train_config.h"
+
+namespace enginery {
+namespace python {
+namespace {
+
+const char* kConfigSource = "new_engine config";
+const char* kEngineSections = "model.*, engine.*, optim.*, checkpoint.*";
+
+EngineRegistry& registry() {
+  // Never destroyed: engines and their plugin libraries may outlive the module's teardown at interpreter exit.
+  static EngineRegistry* instance = new EngineRegistry();
+  return *instance;
+}
+
+std::string key_of(const std::string& override_text) { return override_text.substr(0, override_text.find('=')); }
+
+// The config dict holds engine settings only: the trainer's own sections mean nothing to an engine.
+void check_engine_key(const std::string& key) {
+  const std::string section = key.substr(0, key.find('.'));
+  if (section != "model" && section != "engine" && section != "optim" && section != "checkpoint") {
+    throw EngineryError("'" + key + "' is not an engine setting", kConfigSource, kEngineSections);
+  }
+}
+
+// verl's optim.total_training_steps, which the trainer computes itself and so is not in the TOML schema.
+int64_t total_steps(const std::string& override_text) {
+  const std::string value = override_text.substr(override_text.find('=') + 1);
+  char* end = nullptr;
+  const long long steps = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || steps < 0) {
+    throw EngineryError("optim.total_training_steps = " + value + " is not a step count",
+                        std::string(kConfigSource) + " " + override_text, "an integer >= 0");
+  }
+  return steps;
+}
+
+TrainConfig parse_config(const EngineRequest& request) {
+  std::vector<std::string> overrides;
+  std::optional<int64_t> steps;
+  bool strategy_given = false;
+  for (const auto& text : request.overrides) {
+    const std::string key = key_of(text);
+    if (key == "optim.total_training_steps") {
+      steps = total_steps(text);
+      continue;
+    }
+    check_engine_key(key);
+    strategy_given = strategy_given || key == "engine.strategy";
+    overrides.push_back(text);
+  }
+  // verl's engine_config carries the backend as `strategy` too; the two must agree.
+  if (!strategy_given) overrides.push_back("engine.strategy=\"" + request.backend + "\"");
+  TrainConfig config = train_config_from_overrides(overrides, kConfigSource);
+  if (config.engine.strategy != request.backend) {
+    throw EngineryError("engine.strategy = '" + config.engine.strategy + "' disagrees with the backend argument '" +
+                            request.backend + "'",
+                        config.where("engine.strategy"), request.backend);
+  }
+  if (steps) config.optim.total_training_steps = *steps;
+  return config;
+}
+
+void set_group(EngineArgs& args, const py::object& group, const py::object& store) {
+  if (group.is_none()) return;
+  try {
+    args.world_group = group.cast<CommGroupPtr>();
+    if (!store.is_none()) args.store = store.cast<StorePtr>();
+  } catch (const py::cast_error&) {
+    throw EngineryError("the process group is not a c10d group of the LibTorch this module was built with",
+                        "new_engine", "the group torch.distributed.init_process_group made, in this torch");
+  }
+  args.rank = args.world_group->getRank();
+  args.world_size = args.world_group->getSize();
+}
+
+}  // namespace
+
+py::dict load_plugins(const std::vector<std::string>& dirs) {
+  // Searching a directory twice would register its engines twice, which the registry refuses.
+  static std::set<std::string> searched;
+  const std::vector<std::filesystem::path> wanted(dirs.begin(), dirs.end());
+  std::vector<PluginSearchDir> path;
+  for (auto& dir : PluginLoader::search_path(wanted, "load_plugins", std::getenv(kPluginPathEnv), {})) {
+    std::error_code ec;
+    const std::filesystem::path canonical = std::filesystem::weakly_canonical(dir.path, ec);
+    if (searched.insert((ec ? dir.path : canonical).string()).second) path.push_back(std::move(dir));
+  }
+  const PluginLoadReport report = PluginLoader(std::move(path)).load(registry());
+  py::list loaded;
+  for (const auto& plugin : report.loaded) loaded.append(plugin.manifest.name);
+  py::list rejected;
+  for (const auto& plugin : report.rejected) rejected.append(py::make_tuple(plugin.path.string(), plugin.reason));
+  py::dict out;
+  out["loaded"] = loaded;
+  out["rejected"] = rejected;
+  return out;
+}
+
+py::list plugins() {
+  py::list out;
+  for (const auto& info : registry().list()) {
+    py::dict item;
+    item["model_type"] = info.key.model_type;
+    item["backend"] = info.key.backend;
+    item["device"] = info.key.device;
+    item["plugin"] = info.origin.plugin;
+    item["manifest"] = info.origin.manifest;
+    item["capabilities"] = info.capabilities;
+    out.append(item);
+  }
+  return out;
+}
+
+std::shared_ptr<BaseEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store) {
+  const TrainConfig config = parse_config(request);
+  EngineArgs args;
+  args.model_type = request.model_type;
+  args.device = request.device;
+  args.local_rank = request.local_rank;
+  args.model = config.model;
+  args.engine = config.engine;
+  args.optim = config.optim;
+  args.checkpoint = config.checkpoint;
+  set_group(args, group, store);
+  try {
+    py::gil_scoped_release release;
+    return registry().create(request.model_type, request.backend, request.device, args);
+  } catch (const EngineryError& e) {
+    // The registry names the config key; the user wants the entry of their dict that set it.
+    if (config.origins.count(e.where())) throw EngineryError(e.what_failed(), config.where(e.where()), e.allowed());
+    throw;
+  }
+}
+
+}  // namespace python
+}  // namespace enginery

@@ -1,0 +1,36 @@
+#pragma once
+// The Python module's door to the plugins (docs/ARCHITECTURE.md, "Plugins and packaging"): one registry per process,
+// and engines built from verl's dotted config keys through the trainer's parser (trainer/train_config.h), so a
+// key means the same in a TOML file, on the command line and in Python.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "python/src/py_convert.h"
+
+namespace enginery {
+namespace python {
+
+// Loads the plugins found in `dirs` (then ENGINERY_PLUGIN_PATH) into the process's registry; a directory already
+// searched is skipped. Returns {"loaded": [plugin names], "rejected": [(path, reason)]}.
+py::dict load_plugins(const std::vector<std::string>& dirs);
+// Every registered engine: dicts of model_type, backend, device, plugin, manifest, capabilities.
+py::list plugins();
+
+// What new_engine got from Python.
+struct EngineRequest {
+  std::string model_type;
+  std::string backend;
+  std::string device;
+  std::vector<std::string> overrides;  // "key=value", value in TOML syntax
+  int64_t local_rank = 0;
+};
+
+// Parses the overrides (only model.*, engine.*, optim.*, checkpoint.* and verl's optim.total_training_steps), and
+// builds the engine through the registry, which refuses keys it does not honour. Errors name the offending key.
+// `group` / `store`: the caller's torch.distributed default group (the c10d class the engines talk to) and its
+// store, or None for a single process.
+std::shared_ptr<BaseEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store);
+
+}  // namespace python
+}  // namespace enginery

@@ -1,0 +1,71 @@
+"""Errors cross into Python as exceptions carrying the C++ message: configuration keys the engine does not know
+or does not implement are named, and a Python exception raised inside loss_fn comes back as itself without
+leaving the step half done for the next one."""
+import enginery
+import pytest
+import torch
+
+import common
+
+
+def engine_with(extra):
+    return enginery.new_engine("language_model", "fsdp", "cpu", {**common.CONFIG, **extra})
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"engine.no_such_key": 1}, "engine.no_such_key"),                  # unknown to the schema
+    ({"optim.lr": "fast"}, "optim.lr"),                                  # wrong type
+    ({"engine.param_offload": True}, "engine.param_offload"),            # not implemented by fsdp (ConfigSupport)
+    ({"data.train_batch_size": 8}, "data.train_batch_size"),            # a trainer setting, not an engine's
+    ({"engine": {"strategy": "fsdp2"}}, "engine.strategy"),             # disagrees with the backend argument
+])
+def test_bad_config_key_is_named(extra, named):
+    with pytest.raises(enginery.EngineryError) as error:
+        engine_with(extra)
+    assert named in str(error.value)
+    assert isinstance(error.value, RuntimeError)
+
+
+def test_unknown_backend_lists_the_registered_ones():
+    with pytest.raises(enginery.EngineryError, match="fsdp"):
+        enginery.new_engine("language_model", "no_such_backend", "cpu", common.CONFIG)
+
+
+class LossFailed(Exception):
+    pass
+
+
+def test_raising_loss_fn_propagates_and_the_next_step_works():
+    batch = common.parity_batch()
+    fresh = engine_with({})
+    fresh.initialize()
+    expected = fresh.train_batch(batch, common.sft_loss)
+
+    engine = engine_with({})
+    engine.initialize()
+
+    def failing(model_output, data, ctx):
+        # The first micro-batch completes its backward; the second fails mid-step.
+        if ctx.micro_batch_index == 1:
+            raise LossFailed("boom")
+        return common.sft_loss(model_output, data, ctx)
+
+    with pytest.raises(LossFailed, match="boom"):
+        engine.train_batch(batch, failing)
+    got = engine.train_batch(batch, common.sft_loss)
+    # The failed call changed nothing: the next step is the fresh engine's first, bit for bit.
+    assert float(got["loss"]) == float(expected["loss"])
+    assert got["grad_norm"] == expected["grad_norm"]
+
+
+def test_bad_loss_fn_result_and_batch_value_are_named():
+    engine = engine_with({})
+    engine.initialize()
+    batch = common.parity_batch()
+    with pytest.raises(enginery.EngineryError, match="loss_fn"):
+        engine.forward_backward_batch(batch, lambda out, data: "not a tensor")
+    with pytest.raises(enginery.EngineryError, match="bad_entry"):
+        engine.forward_backward_batch({**batch, "bad_entry": [1, 2]}, common.sft_loss)
+    engine.optimizer_zero_grad()
+    out = engine.forward_backward_batch(batch, common.sft_loss)
+    assert torch.isfinite(out["loss"])
