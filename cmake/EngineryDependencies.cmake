@@ -1,5 +1,5 @@
-# Finds the chosen dependencies (docs/ARCHITECTURE.md, "Layers": LibTorch, Gloo/NCCL through c10d, Boost.DLL, TOML++, nlohmann/json,
-# CLI11, GoogleTest) and wraps LibTorch in one interface target with the c10d defines its headers need.
+# Finds the chosen dependencies (docs/ARCHITECTURE.md, "Layers": LibTorch, Gloo/NCCL through c10d, Boost, TOML++, nlohmann/json,
+# CLI11, GoogleTest, OpenSSL's libcrypto) and wraps LibTorch in one interface target with the c10d defines its headers need.
 find_package(Torch REQUIRED)
 # TOML++ is used header-only (TOML_HEADER_ONLY=1): Debian ships it as a compiled library, the GPU machine only
 # has the headers we carry there (scripts/gpu/), and header-only works the same on both.
@@ -14,6 +14,8 @@ find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(GTest REQUIRED)
 find_package(Boost REQUIRED)
+# SHA-256 of plugin libraries and checkpoint files (support/sha256.cpp).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(Threads REQUIRED)
 
 option(ENGINERY_WITH_NCCL "Build the NCCL process group path" ${TORCH_CUDA_AVAILABLE})

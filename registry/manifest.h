@@ -6,7 +6,8 @@
 //   version = "0.1.0"                 # the plugin's own version, free-form
 //   api_version = "1.0"               # host_api MAJOR.MINOR the plugin was built against
 //   library = "libenginery_fsdp.so"   # relative to the manifest's directory, never outside it
-//   sha256 = "..."                    # optional: the library file's SHA-256, 64 hex digits
+//   sha256 = "..."                    # the library file's SHA-256, 64 hex digits: the parser accepts a manifest
+//                                     # without it, the loader refuses it (plugin_loader.h)
 //   capabilities = ["fp16", ...]      # optional: flags that apply to every engine
 //   [[engines]]                       # at least one
 //   model_type = "language_model"

@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <boost/dll/shared_library.hpp>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -13,17 +12,23 @@
 namespace enginery {
 namespace {
 
-using Library = boost::dll::shared_library;
-
 std::mutex& libraries_mutex() {
   static std::mutex mutex;
   return mutex;
 }
 
-// Deliberately leaked: destroying it at exit would dlclose every plugin after LibTorch's own teardown began.
-std::vector<std::shared_ptr<Library>>& opened_libraries() {
-  static auto* libraries = new std::vector<std::shared_ptr<Library>>();
+// Every dlopen handle this process obtained for a plugin. Never closed (RTLD_NODELETE besides): LibTorch plugins
+// crash on unload, and engines may outlive every registry.
+std::vector<void*>& opened_libraries() {
+  static auto* libraries = new std::vector<void*>();
   return *libraries;
+}
+
+// dlerror()'s text, which names the library and the cause (missing dependency, undefined symbol, not an ELF
+// file); errno after a failed dlopen is whatever an earlier call left there.
+std::string dl_error() {
+  const char* text = dlerror();
+  return text ? text : "unknown dynamic loader error";
 }
 
 std::string api_text(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
@@ -49,27 +54,27 @@ void check_api_version(int major, int minor, const std::string& where, const std
 }
 
 OpenedLibrary open_plugin_library(const std::filesystem::path& library, const std::string& where) {
+  dlerror();  // clear a stale message
   // RTLD_NODELETE as well: even a handle someone else closes never unmaps the plugin's code.
-  auto mode = static_cast<boost::dll::load_mode::type>(boost::dll::load_mode::rtld_now |
-                                                       boost::dll::load_mode::rtld_local | RTLD_NODELETE);
-  std::shared_ptr<Library> handle;
-  try {
-    handle = std::make_shared<Library>(library, mode);
-  } catch (const std::exception& e) {
-    throw EngineryError("cannot load " + library.string() + ": " + e.what(), where,
+  void* raw = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!raw) {
+    throw EngineryError("cannot load " + library.string() + ": " + dl_error(), where,
                         "a shared library built for this host");
   }
   {
     std::lock_guard<std::mutex> lock(libraries_mutex());
-    opened_libraries().push_back(handle);
+    opened_libraries().push_back(raw);
   }
-  if (!handle->has(ENGINERY_PLUGIN_ENTRY_SYMBOL)) {
+  dlerror();
+  void* symbol = dlsym(raw, ENGINERY_PLUGIN_ENTRY_SYMBOL);
+  if (!symbol) {
     throw EngineryError(library.string() + " has no entry point '" ENGINERY_PLUGIN_ENTRY_SYMBOL "'", where,
                         "a library defining it with ENGINERY_DEFINE_PLUGIN");
   }
-  auto entry = handle->get<const PluginInfo*()>(ENGINERY_PLUGIN_ENTRY_SYMBOL);
+  auto entry = reinterpret_cast<const PluginInfo* (*)()>(symbol);
   OpenedLibrary opened;
-  opened.handle = handle;
+  // The handle is never closed: the no-op deleter only lets engines share it as "what keeps the code loaded".
+  opened.handle = std::shared_ptr<const void>(raw, [](const void*) {});
   opened.info = entry();
   if (!opened.info) throw EngineryError(ENGINERY_PLUGIN_ENTRY_SYMBOL "() returned null", where);
   return opened;

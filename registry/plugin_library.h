@@ -11,11 +11,12 @@
 namespace enginery {
 
 struct OpenedLibrary {
-  std::shared_ptr<const void> handle;  // a boost::dll::shared_library; engines hold it
+  std::shared_ptr<const void> handle;  // the dlopen handle (never closed); engines hold it
   const PluginInfo* info = nullptr;
 };
 
-// dlopen with RTLD_NOW | RTLD_LOCAL, then reads enginery_plugin_info(). Throws EngineryError at `where`.
+// dlopen with RTLD_NOW | RTLD_LOCAL, then reads enginery_plugin_info(). Throws EngineryError at `where`; a failed
+// dlopen quotes dlerror().
 OpenedLibrary open_plugin_library(const std::filesystem::path& library, const std::string& where);
 
 // API major equal and minor not newer than the host's (both in the manifest and in the library), the LibTorch

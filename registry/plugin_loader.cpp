@@ -1,12 +1,15 @@
 #include "registry/plugin_loader.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
 #include <map>
 #include <set>
 
 #include "host_api/error.h"
 #include "registry/plugin_files.h"
 #include "registry/plugin_library.h"
+#include "registry/plugin_probe.h"
 #include "support/sha256.h"
 
 namespace enginery {
@@ -62,45 +65,51 @@ std::vector<std::string> capabilities_of(const PluginManifest& manifest, const E
   return {};
 }
 
-// Every check of docs/ARCHITECTURE.md, "Plugins and packaging" for one manifest that already parsed. Throws EngineryError; on success the
-// plugin's engines are in `registry`, all of them.
-LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) {
-  const std::string who = "plugin '" + manifest.name + "'";
-  check_api_version(manifest.api_major, manifest.api_minor, manifest.api_version_where, who);
-  for (const auto& engine : manifest.engines) {
-    if (const EngineOrigin* taken = registry.origin(engine.key)) {
-      throw EngineryError("engine " + engine.key.str() + " declared by " + who + " (" + manifest.file.string() +
-                              ") is already registered by " + taken->str(),
-                          engine.where, "one plugin per (model_type, backend, device)");
-    }
-  }
+bool unverified_plugins_allowed() {
+  const char* value = std::getenv(kAllowUnverifiedPluginsEnv);
+  return value && std::string(value) == "1";
+}
 
+// True when the library's digest equals the manifest's. A manifest without one is refused unless the development
+// escape hatch is set (then false: the caller warns); a wrong digest is refused always, since it is a claim that
+// does not hold.
+bool verify_sha256(const PluginManifest& manifest, const fs::path& library) {
+  if (!manifest.sha256) {
+    if (unverified_plugins_allowed()) return false;
+    throw EngineryError("the manifest has no sha256 for " + library.filename().string() +
+                            ", so the library cannot be verified and the plugin is refused",
+                        manifest.file.string(),
+                        "sha256 = \"<64 hex digits>\" (enginery_add_plugin fills in @ENGINERY_PLUGIN_SHA256@); " +
+                            std::string(kAllowUnverifiedPluginsEnv) + "=1 loads it unverified, for development only");
+  }
+  std::string actual = sha256_file_hex(library);
+  if (actual != *manifest.sha256) {
+    throw EngineryError("sha256 mismatch for " + library.string() + ": the file's is " + actual +
+                            ", the manifest says " + *manifest.sha256,
+                        manifest.sha256_where, actual);
+  }
+  return true;
+}
+
+struct CheckedLibrary {
+  fs::path path;  // resolved
+  bool verified;  // false: no sha256, admitted by the development escape hatch
+};
+
+// The file checks, before any of the library's code runs anywhere: inside the plugin directory, owned by the user or
+// root and writable by nobody else (its directories too), and the digest the manifest gives.
+CheckedLibrary checked_library(const PluginManifest& manifest) {
   fs::path library = resolve_inside(manifest.directory(), manifest.library, manifest.library_where);
-  check_writable_only_by_owner(library, "plugin library");
-  if (manifest.sha256) {
-    std::string actual = sha256_file_hex(library);
-    if (actual != *manifest.sha256) {
-      throw EngineryError("sha256 mismatch for " + library.string() + ": the file's is " + actual +
-                              ", the manifest says " + *manifest.sha256,
-                          manifest.sha256_where, actual);
-    }
+  std::error_code ec;
+  if (library.parent_path() != fs::canonical(manifest.directory(), ec)) {
+    check_trusted_directory_chain(library.parent_path(), "plugin library's directory");
   }
+  check_trusted(library, "plugin library");
+  return {library, verify_sha256(manifest, library)};
+}
 
-  OpenedLibrary opened = open_plugin_library(library, who + " (" + manifest.file.string() + ")");
-  check_plugin_info(*opened.info, manifest);
-
-  StagingRegistrar staging;
-  try {
-    opened.info->register_engines(staging);
-  } catch (const std::exception& e) {
-    throw EngineryError(std::string("register_engines threw: ") + e.what(), who + " (" + library.string() + ")");
-  } catch (...) {
-    throw EngineryError("register_engines threw a non-standard exception", who + " (" + library.string() + ")");
-  }
-  if (!staging.repeated().empty()) {
-    throw EngineryError("registered more than once: " + join(staging.repeated()), who + " (" + library.string() + ")");
-  }
-
+// The engines the library registered must be exactly those its manifest declares.
+void check_registered_as_declared(const PluginManifest& manifest, StagingRegistrar& staging, const std::string& where) {
   std::vector<std::string> declared_only, registered_only, declared;
   for (const auto& engine : manifest.engines) {
     declared.push_back(engine.key.str());
@@ -116,8 +125,43 @@ LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) 
     if (!declared_only.empty()) what += " declared but not registered: " + join(declared_only) + ";";
     if (!registered_only.empty()) what += " registered but not declared: " + join(registered_only) + ";";
     what.pop_back();
-    throw EngineryError(what, who + " (" + manifest.file.string() + ")", join(declared));
+    throw EngineryError(what, where, join(declared));
   }
+}
+
+// Every check of docs/ARCHITECTURE.md, "Plugins and packaging" for one manifest that already parsed. Throws
+// EngineryError; on success the plugin's engines are in `registry`, all of them.
+LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) {
+  const std::string who = "plugin '" + manifest.name + "'";
+  const std::string where = who + " (" + manifest.file.string() + ")";
+  check_api_version(manifest.api_major, manifest.api_minor, manifest.api_version_where, who);
+  for (const auto& engine : manifest.engines) {
+    if (const EngineOrigin* taken = registry.origin(engine.key)) {
+      throw EngineryError("engine " + engine.key.str() + " declared by " + where + " is already registered by " +
+                              taken->str(),
+                          engine.where, "one plugin per (model_type, backend, device)");
+    }
+  }
+
+  const CheckedLibrary library = checked_library(manifest);
+  // A plugin that crashes while loading or registering takes down only the probe's process.
+  probe_plugin(manifest, library.path, where);
+  OpenedLibrary opened = open_plugin_library(library.path, where);
+  check_plugin_info(*opened.info, manifest);
+
+  const std::string in_library = who + " (" + library.path.string() + ")";
+  StagingRegistrar staging;
+  try {
+    opened.info->register_engines(staging);
+  } catch (const std::exception& e) {
+    throw EngineryError(std::string("register_engines threw: ") + e.what(), in_library);
+  } catch (...) {
+    throw EngineryError("register_engines threw a non-standard exception", in_library);
+  }
+  if (!staging.repeated().empty()) {
+    throw EngineryError("registered more than once: " + join(staging.repeated()), in_library);
+  }
+  check_registered_as_declared(manifest, staging, where);
 
   std::vector<EngineRegistration> registrations;
   for (auto& [key, staged] : staging.factories()) {
@@ -125,7 +169,13 @@ LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) 
                              capabilities_of(manifest, key), opened.handle, std::move(staged.support)});
   }
   registry.register_all(std::move(registrations));
-  return LoadedPlugin{manifest, library};
+  if (!library.verified) {
+    // Loud on purpose: one line per plugin, on every run, whatever the caller prints.
+    std::cerr << "warning: plugin '" << manifest.name << "' (" << manifest.file.string() << ") loaded WITHOUT sha256 "
+              << "verification of " << library.path.string() << ", because " << kAllowUnverifiedPluginsEnv
+              << "=1: for development only" << std::endl;
+  }
+  return LoadedPlugin{manifest, library.path, library.verified};
 }
 
 }  // namespace
@@ -181,8 +231,8 @@ PluginLoadReport PluginLoader::load(EngineRegistry& registry) const {
   std::map<std::string, fs::path> names;
   for (const auto& candidate : candidates) {
     try {
-      check_writable_only_by_owner(candidate.manifest.parent_path(), "plugin directory");
-      check_writable_only_by_owner(candidate.manifest, "plugin manifest");
+      check_trusted_directory_chain(candidate.manifest.parent_path(), "plugin directory");
+      check_trusted(candidate.manifest, "plugin manifest");
       PluginManifest manifest = parse_manifest(candidate.manifest);
       auto [it, inserted] = names.emplace(manifest.name, manifest.file);
       if (!inserted) {

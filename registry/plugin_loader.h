@@ -3,6 +3,10 @@
 // loads each plugin that passes every check into an EngineRegistry (docs/ARCHITECTURE.md, "Plugins and packaging"). A plugin that fails a
 // check is reported with a reason a person can act on and leaves the registry exactly as it was.
 //
+// Before a library is opened: its files and every directory above them must be owned by the invoking user or root
+// and writable by nobody else (plugin_files.h), its sha256 must equal the manifest's, and a probe process must load
+// and register it without dying (plugin_probe.h), so a crashing plugin is skipped, never fatal to the host.
+//
 // A search directory is either a plugin directory itself (it holds plugin.toml) or holds one subdirectory per
 // plugin (build-*/plugins/<name>/plugin.toml, <libdir>/enginery/plugins/<name>/plugin.toml).
 #include <filesystem>
@@ -16,6 +20,8 @@ namespace enginery {
 
 constexpr const char* kPluginPathEnv = "ENGINERY_PLUGIN_PATH";
 constexpr const char* kManifestFileName = "plugin.toml";
+// Set to 1, lets a plugin whose manifest has no sha256 load, with a warning on stderr per plugin: for development.
+constexpr const char* kAllowUnverifiedPluginsEnv = "ENGINERY_ALLOW_UNVERIFIED_PLUGINS";
 
 struct PluginSearchDir {
   std::filesystem::path path;
@@ -26,6 +32,7 @@ struct PluginSearchDir {
 struct LoadedPlugin {
   PluginManifest manifest;
   std::filesystem::path library;  // resolved path of the opened library
+  bool verified = true;           // false: loaded without a sha256 because ENGINERY_ALLOW_UNVERIFIED_PLUGINS=1
 };
 
 struct RejectedPlugin {

@@ -2,7 +2,7 @@
 # Installs the Debian bookworm packages enginery builds with, when some are missing. Needs root (or sudo) only
 # when something is missing.
 set -euo pipefail
-packages=(libtorch-dev libgloo-dev libtomlplusplus-dev libboost-dev nlohmann-json3-dev libgtest-dev libcli11-dev
+packages=(libtorch-dev libgloo-dev libtomlplusplus-dev libboost-dev nlohmann-json3-dev libgtest-dev libcli11-dev libssl-dev
           cmake ninja-build g++ ccache make python3
           python3-dev python3-torch pybind11-dev python3-pytest)  # the Python module (python/) and its tests
 missing=()

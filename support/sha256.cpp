@@ -1,10 +1,12 @@
 #include "support/sha256.h"
 
-#include <algorithm>
-#include <array>
-#include <cstdint>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <vector>
 
 #include "host_api/error.h"
@@ -12,68 +14,45 @@
 namespace enginery {
 namespace {
 
-constexpr std::array<uint32_t, 64> kRound = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+[[noreturn]] void libcrypto_failed(const char* step) {
+  throw EngineryError(std::string("OpenSSL ") + step + " failed", "sha256");
+}
 
-inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+// Closes the descriptor on every path out of sha256_file_hex.
+struct Descriptor {
+  int fd;
+  ~Descriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 }  // namespace
 
-void Sha256::update(const void* bytes, size_t size) {
-  const auto* data = static_cast<const unsigned char*>(bytes);
-  total_ += size;
-  while (size > 0) {
-    size_t take = std::min(size, block_.size() - used_);
-    std::memcpy(block_.data() + used_, data, take);
-    used_ += take, data += take, size -= take;
-    if (used_ == block_.size()) compress(), used_ = 0;
+Sha256::Sha256() : context_(EVP_MD_CTX_new()) {
+  if (!context_) libcrypto_failed("EVP_MD_CTX_new");
+  if (EVP_DigestInit_ex(context_, EVP_sha256(), nullptr) != 1) {
+    EVP_MD_CTX_free(context_);
+    libcrypto_failed("EVP_DigestInit_ex(sha256)");
   }
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(context_); }
+
+void Sha256::update(const void* data, size_t size) {
+  if (size > 0 && EVP_DigestUpdate(context_, data, size) != 1) libcrypto_failed("EVP_DigestUpdate");
 }
 
 std::string Sha256::hex() {
-  uint64_t bits = total_ * 8;
-  unsigned char pad = 0x80;
-  update(&pad, 1);
-  unsigned char zero = 0;
-  while (used_ != 56) update(&zero, 1);
-  unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
-  update(length, 8);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_DigestFinal_ex(context_, digest, &length) != 1 || length != 32) libcrypto_failed("EVP_DigestFinal_ex");
   static const char* kDigits = "0123456789abcdef";
   std::string out;
-  for (uint32_t word : state_) {
-    for (int shift = 28; shift >= 0; shift -= 4) out += kDigits[(word >> shift) & 0xf];
+  for (unsigned int i = 0; i < length; ++i) {
+    out += kDigits[digest[i] >> 4];
+    out += kDigits[digest[i] & 0xf];
   }
   return out;
-}
-
-void Sha256::compress() {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
-    w[i] = uint32_t(block_[4 * i]) << 24 | uint32_t(block_[4 * i + 1]) << 16 | uint32_t(block_[4 * i + 2]) << 8 |
-           uint32_t(block_[4 * i + 3]);
-  }
-  for (int i = 16; i < 64; ++i) {
-    uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-  for (int i = 0; i < 64; ++i) {
-    uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
-    uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-  }
-  state_[0] += a, state_[1] += b, state_[2] += c, state_[3] += d;
-  state_[4] += e, state_[5] += f, state_[6] += g, state_[7] += h;
 }
 
 std::string sha256_hex(const std::string& bytes) {
@@ -83,15 +62,26 @@ std::string sha256_hex(const std::string& bytes) {
 }
 
 std::string sha256_file_hex(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw EngineryError("cannot read file to compute its sha256", file.string());
-  Sha256 sha;
-  std::vector<char> buffer(1 << 16);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    sha.update(buffer.data(), static_cast<size_t>(in.gcount()));
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+  Descriptor in{::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (in.fd < 0) {
+    throw EngineryError(std::string("cannot open file to compute its sha256: ") + std::strerror(errno), file.string());
   }
-  if (in.bad()) throw EngineryError("read error while computing sha256", file.string());
+  struct stat st {};
+  if (::fstat(in.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw EngineryError("not a regular file, so no sha256 is computed", file.string(), "a regular file");
+  }
+  Sha256 sha;
+  std::vector<char> buffer(1 << 20);
+  for (;;) {
+    ssize_t got = ::read(in.fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      throw EngineryError(std::string("read error while computing sha256: ") + std::strerror(errno), file.string());
+    }
+    if (got == 0) break;
+    sha.update(buffer.data(), static_cast<size_t>(got));
+  }
   return sha.hex();
 }
 

@@ -90,10 +90,11 @@ struct RankEngine {
 void build_engine(RankEngine& out, const TrainConfig& config, const RankEnv& env, const std::string& device_name,
                   const std::vector<PluginSearchDir>& plugin_path) {
   const bool lead = env.rank == 0;
-  out.store = make_tcp_store(env);
-  out.group = make_world_group(out.store, env.rank, env.world_size, device_name);
+  // Plugins first: the loader forks a probe process per plugin, best done before the process group starts threads.
   const PluginLoadReport report = load_plugins(out.registry, plugin_path, lead ? &std::cerr : nullptr);
   check_engine_available(out.registry, report, config, device_name, env.world_size);
+  out.store = make_tcp_store(env);
+  out.group = make_world_group(out.store, env.rank, env.world_size, device_name);
   EngineArgs args;
   args.device = device_name;
   args.rank = env.rank;

@@ -3,15 +3,21 @@
 // plugin beside it, and that good plugin still loaded.
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
-#include <regex>
 
 #include <gtest/gtest.h>
 
+#include "host_api/error.h"
 #include "registry/plugin_library.h"
 #include "registry/plugin_loader.h"
+#include "registry/plugin_probe.h"
+#include "support/sha256.h"
 #include "tests/registry/fake_engine.h"
 #include "tests/registry/plugin_test_util.h"
 
@@ -35,20 +41,9 @@ void register_builtin(EngineRegistry& registry) {
                             {}});
 }
 
-// The sha256 CMake wrote into the rendered manifest of a built test plugin: a digest computed by another tool.
-std::string cmake_sha256_of(const std::string& target) {
-  std::ifstream in(fs::path(ENGINERY_TEST_PLUGIN_DIR) / target / "plugin.toml");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::smatch match;
-  if (!std::regex_search(text, match, std::regex("sha256 = \"([0-9a-f]{64})\""))) return "";
-  return match[1];
-}
+std::string good_alpha_manifest() { return manifest_text(spec_for("tp_alpha", "alpha")); }
 
-std::string good_alpha_manifest() {
-  ManifestSpec spec = spec_for("tp_alpha", "alpha");
-  spec.extra = "sha256 = \"" + cmake_sha256_of("tp_alpha") + "\"\n";
-  return manifest_text(spec);
-}
+std::string sha256_line(const std::string& digest) { return "sha256 = \"" + digest + "\"\n"; }
 
 std::string replace(std::string text, const std::string& from, const std::string& to) {
   auto at = text.find(from);
@@ -62,12 +57,19 @@ struct BadCase {
   std::function<void(const fs::path& plugin_dir_parent, const fs::path& good_dir)> make;
   std::vector<std::string> reason_contains;
   bool opens_library;  // whether the loader should get as far as dlopen for the bad plugin
+  bool needs_root = false;  // chown to another user: skipped when the tests do not run as root
 };
 
 void make_beta(const fs::path& parent, const std::string& dir, const std::string& manifest) {
   make_plugin(parent, dir, "tp_beta", manifest);
 }
 std::string beta_manifest() { return manifest_text(spec_for("tp_beta", "beta")); }
+
+constexpr uid_t kNobody = 65534;
+
+void chown_to_nobody(const fs::path& path) {
+  if (::chown(path.c_str(), kNobody, kNobody) != 0) throw std::runtime_error("chown failed for " + path.string());
+}
 
 std::vector<BadCase> bad_cases() {
   const std::string a = "a_bad";
@@ -103,12 +105,16 @@ std::vector<BadCase> bad_cases() {
        {"library 'libnothere.so' does not exist"}, false},
       {"not_a_shared_library", a,
        [a](const fs::path& p, const fs::path&) {
+         // Longer than an ELF header, so the loader reads it and finds no ELF magic.
+         const std::string text = std::string(200, '#') + "\nthis is not an ELF file\n";
          ManifestSpec spec = spec_for("tp_beta", "beta");
          spec.library = "libtext.so";
+         spec.extra = sha256_line(sha256_hex(text));
          fs::path dir = make_plugin(p, a, "", manifest_text(spec));
-         write_file(dir / "libtext.so", "this is not an ELF file\n", fs::perms(0755));
+         write_file(dir / "libtext.so", text, fs::perms(0755));
        },
-       {"cannot load", "libtext.so"}, false},
+       // dlerror()'s words, not a stale errno ("Bad file descriptor").
+       {"cannot load", "libtext.so: invalid ELF header"}, false},
       {"entry_point_missing", a,
        [a](const fs::path& p, const fs::path&) {
          make_plugin(p, a, "tp_no_entry", manifest_text(spec_for("tp_no_entry", "none")));
@@ -152,10 +158,19 @@ std::vector<BadCase> bad_cases() {
       {"sha256_mismatch", a,
        [a](const fs::path& p, const fs::path&) {
          ManifestSpec spec = spec_for("tp_beta", "beta");
-         spec.extra = "sha256 = \"" + std::string(64, '0') + "\"\n";
+         spec.extra = sha256_line(std::string(64, '0'));
          make_beta(p, a, manifest_text(spec));
        },
        {"sha256 mismatch", "the manifest says " + std::string(64, '0')}, false},
+      {"sha256_missing", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.extra = "";
+         make_beta(p, a, manifest_text(spec));
+       },
+       {"a_bad/plugin.toml: the manifest has no sha256 for libtp_beta.so", "plugin is refused",
+        "ENGINERY_ALLOW_UNVERIFIED_PLUGINS=1 loads it unverified"},
+       false},
       {"declared_but_not_registered", a,
        [a](const fs::path& p, const fs::path&) {
          ManifestSpec spec = spec_for("tp_beta", "beta");
@@ -210,6 +225,66 @@ std::vector<BadCase> bad_cases() {
          fs::permissions(p / a, fs::perms(0777));
        },
        {"plugin directory is writable by anyone (mode 0777)"}, false},
+      {"group_writable_library", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, beta_manifest());
+         fs::permissions(p / a / "libtp_beta.so", fs::perms(0775));
+       },
+       {"a_bad/libtp_beta.so: plugin library is writable by its group (mode 0775)"}, false},
+      {"world_writable_library_subdirectory", a,
+       [a](const fs::path& p, const fs::path&) {
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.library = "lib/libtp_beta.so";
+         fs::path dir = make_plugin(p, a, "", manifest_text(spec));
+         make_dir(dir / "lib");
+         fs::copy_file(built_plugin_library("tp_beta"), dir / "lib" / "libtp_beta.so");
+         fs::permissions(dir / "lib" / "libtp_beta.so", fs::perms(0755));
+         fs::permissions(dir / "lib", fs::perms(0777));
+       },
+       {"a_bad/lib: plugin library's directory is writable by anyone (mode 0777)"}, false},
+      {"library_owned_by_another_user", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, beta_manifest());
+         chown_to_nobody(p / a / "libtp_beta.so");
+       },
+       {"a_bad/libtp_beta.so: plugin library is owned by uid 65534", "neither the invoking user nor root"}, false,
+       true},
+      {"manifest_owned_by_another_user", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, beta_manifest());
+         chown_to_nobody(p / a / "plugin.toml");
+       },
+       {"a_bad/plugin.toml: plugin manifest is owned by uid 65534"}, false, true},
+      {"plugin_directory_owned_by_another_user", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_beta(p, a, beta_manifest());
+         chown_to_nobody(p / a);
+       },
+       {"a_bad: plugin directory is owned by uid 65534"}, false, true},
+      {"manifest_is_a_fifo", a,
+       [a](const fs::path& p, const fs::path&) {
+         fs::path dir = make_plugin(p, a, "tp_beta", beta_manifest());
+         fs::remove(dir / "plugin.toml");
+         if (mkfifo((dir / "plugin.toml").c_str(), 0644) != 0) throw std::runtime_error("mkfifo failed");
+       },
+       {"a_bad/plugin.toml: plugin manifest is a FIFO, so the plugin is refused", "allowed: a regular file"}, false},
+      {"segfaults_while_registering", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_segv", manifest_text(spec_for("tp_segv", "segv")));
+       },
+       {"plugin 'tp_segv' (", "a_bad/plugin.toml): crashed with SIGSEGV",
+        "the host did not load it"},
+       false},
+      {"aborts_while_registering", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_abort", manifest_text(spec_for("tp_abort", "abort")));
+       },
+       {"a_bad/plugin.toml): crashed with SIGABRT"}, false},
+      {"exits_while_registering", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_exit", manifest_text(spec_for("tp_exit", "exit")));
+       },
+       {"a_bad/plugin.toml): ended the process with exit status 3"}, false},
       {"group_writable_manifest", a,
        [a](const fs::path& p, const fs::path&) {
          make_beta(p, a, beta_manifest());
@@ -243,6 +318,7 @@ class BadPlugin : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(BadPlugin, IsRejectedAndLeavesRegistryAsBefore) {
   const BadCase& c = GetParam();
+  if (c.needs_root && ::geteuid() != 0) GTEST_SKIP() << "changing a file's owner needs root";
   TempDir tmp;
   fs::path search = make_dir(tmp.path() / "plugins");
   fs::path good = make_plugin(search, "m_alpha", "tp_alpha", good_alpha_manifest());
@@ -286,6 +362,7 @@ TEST(PluginLoader, LoadsTheManifestCMakeRendered) {
   ASSERT_TRUE(report.ok()) << report.rejected[0].reason;
   ASSERT_EQ(report.loaded.size(), 1u);
   ASSERT_TRUE(report.loaded[0].manifest.sha256.has_value());
+  EXPECT_TRUE(report.loaded[0].verified);
   auto engines = registry.list();
   ASSERT_EQ(engines.size(), 2u);
   EXPECT_EQ(engines[0].key, (EngineKey{"language_model", "alpha", "cpu"}));
@@ -369,6 +446,155 @@ TEST(PluginLoader, EnginesKeepWorkingAndLibrariesStayLoadedAfterTheRegistryDies)
   void* handle = dlopen((alpha / "libtp_alpha.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
   EXPECT_NE(handle, nullptr) << "the plugin library was unloaded";
   if (handle) dlclose(handle);
+}
+
+// The brief of the crash probe in one directory: two plugins that kill their process while registering, one good.
+TEST(PluginLoader, CrashingPluginsAreSkippedWithTheirSignalAndTheOthersLoad) {
+  TempDir tmp;
+  fs::path search = make_dir(tmp.path() / "plugins");
+  make_plugin(search, "abort", "tp_abort", manifest_text(spec_for("tp_abort", "abort")));
+  make_plugin(search, "alpha", "tp_alpha", good_alpha_manifest());
+  make_plugin(search, "segv", "tp_segv", manifest_text(spec_for("tp_segv", "segv")));
+  EngineRegistry registry;
+  PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+  ASSERT_EQ(report.rejected.size(), 2u);
+  EXPECT_EQ(report.rejected[0].path, search / "abort" / "plugin.toml");
+  EXPECT_NE(report.rejected[0].reason.find((search / "abort" / "plugin.toml").string() + "): crashed with SIGABRT"),
+            std::string::npos)
+      << report.rejected[0].reason;
+  EXPECT_EQ(report.rejected[1].path, search / "segv" / "plugin.toml");
+  EXPECT_NE(report.rejected[1].reason.find((search / "segv" / "plugin.toml").string() + "): crashed with SIGSEGV"),
+            std::string::npos)
+      << report.rejected[1].reason;
+  ASSERT_EQ(report.loaded.size(), 1u);
+  EXPECT_EQ(report.loaded[0].manifest.name, "tp_alpha");
+  EXPECT_TRUE(registry.has({"language_model", "alpha", "cpu"}));
+}
+
+TEST(PluginProbe, PassesAGoodPluginAndKillsAHangingOneAtItsDeadline) {
+  TempDir tmp;
+  fs::path alpha = make_plugin(tmp.path(), "alpha", "tp_alpha", good_alpha_manifest());
+  PluginManifest good = parse_manifest(alpha / "plugin.toml");
+  EXPECT_NO_THROW(probe_plugin(good, alpha / "libtp_alpha.so", "alpha"));
+
+  fs::path hang = make_plugin(tmp.path(), "hang", "tp_hang", manifest_text(spec_for("tp_hang", "hang")));
+  PluginManifest hanging = parse_manifest(hang / "plugin.toml");
+  auto start = std::chrono::steady_clock::now();
+  try {
+    probe_plugin(hanging, hang / "libtp_hang.so", "plugin 'tp_hang'", std::chrono::milliseconds(300));
+    ADD_FAILURE() << "a hanging plugin passed the probe";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("plugin 'tp_hang': did not finish within 300 ms"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST(PluginProbe, NamesSignals) {
+  EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
+  EXPECT_EQ(signal_name(SIGABRT), "SIGABRT");
+  EXPECT_EQ(signal_name(SIGBUS), "SIGBUS");
+  EXPECT_EQ(signal_name(63), "signal 63");
+}
+
+TEST(PluginLoader, WorldWritableDirectoryAboveThePluginIsRefused) {
+  TempDir tmp;
+  fs::path outer = make_dir(tmp.path() / "outer");
+  fs::path search = make_dir(outer / "plugins");
+  make_plugin(search, "alpha", "tp_alpha", good_alpha_manifest());
+  fs::permissions(outer, fs::perms(0777));
+  EngineRegistry registry;
+  PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+  ASSERT_EQ(report.rejected.size(), 1u);
+  EXPECT_NE(report.rejected[0].reason.find(outer.string() + ": directory on the plugin's path (above the plugin " +
+                                           "directory) is writable by anyone (mode 0777)"),
+            std::string::npos)
+      << report.rejected[0].reason;
+  EXPECT_TRUE(report.loaded.empty());
+}
+
+// /tmp's case: a root-owned sticky directory is a safe ancestor even though anyone may create entries in it; the
+// same mode on a directory owned by someone else is not.
+TEST(PluginLoader, StickyDirectoryAboveThePluginIsAcceptedOnlyWhenRootOwnsIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a root-owned directory needs root";
+  TempDir tmp;
+  fs::path outer = make_dir(tmp.path() / "outer");
+  fs::path search = make_dir(outer / "plugins");
+  make_plugin(search, "alpha", "tp_alpha", good_alpha_manifest());
+  fs::permissions(outer, fs::perms(01777));
+  {
+    EngineRegistry registry;
+    PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+    EXPECT_TRUE(report.ok()) << report.rejected[0].reason;
+    EXPECT_EQ(report.loaded.size(), 1u);
+  }
+  chown_to_nobody(outer);
+  fs::permissions(outer, fs::perms(01777));  // chown clears nothing on a directory, but be explicit
+  EngineRegistry registry;
+  PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+  ASSERT_EQ(report.rejected.size(), 1u);
+  EXPECT_NE(report.rejected[0].reason.find(outer.string() + ": directory on the plugin's path (above the plugin " +
+                                           "directory) is owned by uid 65534"),
+            std::string::npos)
+      << report.rejected[0].reason;
+}
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old) old_ = old;
+    had_ = old != nullptr;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(PluginLoader, ManifestWithoutSha256LoadsOnlyWithTheDevelopmentEscapeHatchAndSaysSo) {
+  TempDir tmp;
+  fs::path search = make_dir(tmp.path() / "plugins");
+  ManifestSpec spec = spec_for("tp_alpha", "alpha");
+  spec.extra = "";
+  make_plugin(search, "alpha", "tp_alpha", manifest_text(spec));
+  {
+    ScopedEnv unset(kAllowUnverifiedPluginsEnv, "0");
+    EngineRegistry registry;
+    PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+    ASSERT_EQ(report.rejected.size(), 1u);
+    EXPECT_NE(report.rejected[0].reason.find("has no sha256"), std::string::npos) << report.rejected[0].reason;
+  }
+  ScopedEnv allow(kAllowUnverifiedPluginsEnv, "1");
+  EngineRegistry registry;
+  ::testing::internal::CaptureStderr();
+  PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(report.ok()) << report.rejected[0].reason;
+  ASSERT_EQ(report.loaded.size(), 1u);
+  EXPECT_FALSE(report.loaded[0].verified);
+  EXPECT_NE(warned.find("warning: plugin 'tp_alpha' (" + (search / "alpha" / "plugin.toml").string() +
+                        ") loaded WITHOUT sha256 verification"),
+            std::string::npos)
+      << warned;
+
+  // The hatch admits a missing digest, never a wrong one.
+  spec.extra = sha256_line(std::string(64, 'f'));
+  write_file(search / "alpha" / "plugin.toml", manifest_text(spec));
+  EngineRegistry other;
+  PluginLoadReport wrong = PluginLoader({{search, "--plugin-dir", true}}).load(other);
+  ASSERT_EQ(wrong.rejected.size(), 1u);
+  EXPECT_NE(wrong.rejected[0].reason.find("sha256 mismatch"), std::string::npos) << wrong.rejected[0].reason;
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <stdexcept>
 #include "support/torch_compat.h"  // compat::remove_all
 
@@ -24,8 +26,19 @@ TempDir::~TempDir() {
   enginery::compat::remove_all(path_, ec);
 }
 
+std::string rendered_sha256(const std::string& target) {
+  std::ifstream in(fs::path(ENGINERY_TEST_PLUGIN_DIR) / target / "plugin.toml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::smatch match;
+  if (!std::regex_search(text, match, std::regex("sha256 = \"([0-9a-f]{64})\""))) {
+    throw std::runtime_error("no sha256 in the rendered manifest of " + target);
+  }
+  return match[1];
+}
+
 ManifestSpec spec_for(const std::string& target, const std::string& backend) {
-  return {target, "lib" + target + ".so", {{"language_model", backend, "cpu"}, {"value_model", backend, "cpu"}}};
+  return {target, "lib" + target + ".so", {{"language_model", backend, "cpu"}, {"value_model", backend, "cpu"}}, "2.0",
+          "sha256 = \"" + rendered_sha256(target) + "\"\n"};
 }
 
 std::string manifest_text(const ManifestSpec& spec) {

@@ -13,6 +13,8 @@ namespace fs = std::filesystem;
 
 // The library the build made for test plugin `target` (tests/registry/CMakeLists.txt).
 fs::path built_plugin_library(const std::string& target);
+// The sha256 CMake wrote into the rendered manifest of a built test plugin: a digest computed by another tool.
+std::string rendered_sha256(const std::string& target);
 
 // A fresh directory (mode 0700) removed with everything in it when the object dies.
 class TempDir {
@@ -32,10 +34,11 @@ struct ManifestSpec {
   std::string library;
   std::vector<EngineKey> engines;
   std::string api_version = "2.0";
-  std::string extra;  // more top-level lines, e.g. "sha256 = ..."
+  std::string extra;  // more top-level lines: "sha256 = ..." from spec_for; a case may replace it
 };
 
-// The manifest a well-behaved test plugin would ship: its name, its library, the two engines it registers.
+// The manifest a well-behaved test plugin would ship: its name, its library and its sha256 (rendered_sha256), the
+// two engines it registers.
 ManifestSpec spec_for(const std::string& target, const std::string& backend);
 std::string manifest_text(const ManifestSpec& spec);
 

@@ -1,3 +1,7 @@
+#include <sys/stat.h>
+
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "support/sha256.h"
@@ -23,6 +27,34 @@ TEST(Sha256, FileMatchesInMemoryAcrossBlockBoundaries) {
   write_file(tmp.path() / "blob", data);
   EXPECT_EQ(sha256_file_hex(tmp.path() / "blob"), sha256_hex(data));
   EXPECT_THROW(sha256_file_hex(tmp.path() / "absent"), std::exception);
+}
+
+// Incremental updates of any sizes give the one-shot digest (libcrypto streams; the checkpoint writer relies on it).
+TEST(Sha256, IncrementalEqualsOneShot) {
+  std::string data(100003, 'x');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 + 7);
+  Sha256 sha;
+  size_t at = 0;
+  for (size_t step : {0u, 1u, 63u, 64u, 65u, 4096u, 99999u}) {
+    size_t take = std::min(step, data.size() - at);
+    sha.update(data.data() + at, take);
+    at += take;
+  }
+  sha.update(data.data() + at, data.size() - at);
+  EXPECT_EQ(sha.hex(), sha256_hex(data));
+}
+
+// A FIFO would block a reader forever: refused at once, with its path.
+TEST(Sha256, FifoIsRefusedWithoutBlocking) {
+  TempDir tmp;
+  const fs::path fifo = tmp.path() / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    sha256_file_hex(fifo);
+    ADD_FAILURE() << "a FIFO was hashed";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(fifo.string() + ": not a regular file"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

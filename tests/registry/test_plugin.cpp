@@ -1,5 +1,12 @@
 // One source, several test plugins: compile definitions choose the backend it registers and, for the mismatch
-// plugins, which field of PluginInfo lies (TEST_API_MAJOR, TEST_API_MINOR, TEST_TORCH_VERSION, TEST_CXX11_ABI).
+// plugins, which field of PluginInfo lies (TEST_API_MAJOR, TEST_API_MINOR, TEST_TORCH_VERSION, TEST_CXX11_ABI), or
+// how registration goes wrong (TEST_THROWS, and for the crash probe TEST_SEGFAULT, TEST_ABORT, TEST_EXIT, TEST_HANG).
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+
 #include "host_api/plugin_api.h"
 #include "tests/registry/fake_engine.h"
 
@@ -9,7 +16,24 @@
 
 namespace {
 
+#ifdef TEST_SEGFAULT
+// Read at run time, so the compiler cannot see the store below goes through a null pointer and turn it into a trap.
+volatile std::uintptr_t null_address = 0;
+#endif
+
 void register_engines(enginery::Registrar& registrar) {
+#ifdef TEST_SEGFAULT
+  *reinterpret_cast<volatile int*>(null_address) = 1;
+#endif
+#ifdef TEST_ABORT
+  std::abort();
+#endif
+#ifdef TEST_EXIT
+  _exit(3);  // not exit(): the host's static destructors would then run in the probe and could crash first
+#endif
+#ifdef TEST_HANG
+  for (;;) pause();
+#endif
 #ifdef TEST_THROWS
   throw std::runtime_error("test plugin refuses to register");
 #endif
