@@ -24,7 +24,7 @@ c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int64_t
 // `timeout` bounds every collective on the group (trainer.collective_timeout_s; zero: the backend's default).
 c10::intrusive_ptr<compat::CommGroup> make_world_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                                        int64_t world_size, const std::string& device,
-                                                       std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+                                                       std::chrono::milliseconds timeout = {});
 
 // trainer.collective_timeout_s as c10d's milliseconds (at least 1).
 std::chrono::milliseconds collective_timeout(double seconds);
