@@ -93,7 +93,7 @@ void build_engine(RankEngine& out, const TrainConfig& config, const RankEnv& env
                   const std::vector<PluginSearchDir>& plugin_path) {
   const bool lead = env.rank == 0;
   const auto timeout = collective_timeout(config.trainer.collective_timeout_s);
-  out.store = make_tcp_store(env, std::max<std::chrono::milliseconds>(std::chrono::minutes(5), timeout), timeout);
+  out.store = make_tcp_store(env, std::chrono::minutes(5), timeout);
   out.group = make_world_group(out.store, env.rank, env.world_size, device_name, timeout);
   const PluginLoadReport report = load_plugins(out.registry, plugin_path, lead ? &std::cerr : nullptr);
   check_engine_available(out.registry, report, config, device_name, env.world_size);

@@ -286,7 +286,7 @@ TEST_F(TrainEndToEnd, AStoppedPeerFailsTheOtherRankWithinTheCollectiveTimeout) {
   const fs::path out = dir_ / "stopped";
   const std::string port = std::to_string(20000 + getpid() % 20000);
   const std::string args = tiny(out) + " --set trainer.total_training_steps=100000 --set trainer.log_freq=1 " +
-                           "--set trainer.collective_timeout_s=3 --set trainer.device=cpu --plugin-dir " +
+                           "--set trainer.collective_timeout_s=5 --set trainer.device=cpu --plugin-dir " +
                            ENGINERY_PLUGIN_DIR + " 2>&1";
   auto start_rank = [&](int rank) {
     const std::string cmd = "echo $$; RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" +
@@ -299,9 +299,12 @@ TEST_F(TrainEndToEnd, AStoppedPeerFailsTheOtherRankWithinTheCollectiveTimeout) {
   ASSERT_TRUE(rank0 && rank1);
   long pid1 = 0;
   ASSERT_EQ(fscanf(rank1, "%ld", &pid1), 1);
-  struct KillOnExit {
+  ASSERT_GT(pid1, 1);
+  struct KillOnExit {  // the stopped rank never exits by itself
     long pid;
-    ~KillOnExit() { ::kill(static_cast<pid_t>(pid), SIGKILL); }
+    ~KillOnExit() {
+      if (pid > 1) ::kill(static_cast<pid_t>(pid), SIGKILL);
+    }
   } cleanup{pid1};
 
   std::string output;
@@ -318,7 +321,8 @@ TEST_F(TrainEndToEnd, AStoppedPeerFailsTheOtherRankWithinTheCollectiveTimeout) {
   ASSERT_TRUE(stopped.has_value()) << output;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *stopped).count();
   ::kill(static_cast<pid_t>(pid1), SIGKILL);
-  pclose(rank1);
+  pclose(rank1);  // reaped: the pid is no longer ours to signal
+  cleanup.pid = 0;
   EXPECT_NE(status, 0) << output;
   EXPECT_NE(output.find("rank 0 waited longer than trainer.collective_timeout_s"), std::string::npos) << output;
   EXPECT_NE(output.find(" at step "), std::string::npos) << output;  // the step's collective is named
