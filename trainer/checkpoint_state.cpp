@@ -153,11 +153,10 @@ std::optional<TrainerState> checkpoint_to_resume(const std::string& output_dir,
       older_unusable.push_back(u);
       continue;
     }
-    const std::string fallback =
-        latest ? "global_step_" + std::to_string(latest->global_step) + " (the newest resumable one)" : "step 0";
-    throw EngineryError("checkpoint " + u.dir + " cannot be resumed: " + u.reason +
-                            "; resuming from " + fallback + " would overwrite it. Repair it, move it out of " +
-                            output_dir + " to resume from " + fallback + ", or start over with --fresh-run",
+    const std::string fallback = latest ? "global_step_" + std::to_string(latest->global_step) : "step 0";
+    throw EngineryError("checkpoint " + u.dir + " cannot be resumed: " + u.reason + "; a run resumed from " +
+                            fallback + " would overwrite it. Repair it, move it out of " + output_dir +
+                            " to resume from " + fallback + ", or start over with --fresh-run",
                         "--resume");
   }
   return latest;
