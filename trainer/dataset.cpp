@@ -15,16 +15,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Checked before opening: std::ifstream on a FIFO blocks forever, on a directory it reads nothing.
-void require_regular_file(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) throw EngineryError("no such data file", path);
-  if (!std::filesystem::is_regular_file(status)) {
-    throw EngineryError("not a regular file (a FIFO, directory or device is never read)", path,
-                        "a .jsonl or .bin file");
-  }
-}
 
 void check_token_id(int64_t id, const TokenLimits& limits, const std::string& where) {
   const bool too_big = limits.vocab_size > 0 && id >= limits.vocab_size;
@@ -78,7 +68,7 @@ class AdditionDataset : public Dataset {
 class JsonlDataset : public Dataset {
  public:
   JsonlDataset(const std::string& path, int64_t max_length, const TokenLimits& limits) : path_(path) {
-    require_regular_file(path);
+    require_regular_file(path, "a .jsonl file");
     std::ifstream in(path);
     if (!in) throw EngineryError("cannot open data file", path);
     std::string line;
@@ -152,7 +142,7 @@ class BinDataset : public Dataset {
  public:
   BinDataset(const std::string& path, int64_t window, const TokenLimits& limits)
       : path_(path), window_(window), limits_(limits) {
-    require_regular_file(path);
+    require_regular_file(path, "a .bin file of uint16 token ids");
     check_length(window, limits, path, "data.max_length, the window");
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     if (!in) throw EngineryError("cannot open data file", path);
@@ -199,6 +189,15 @@ class BinDataset : public Dataset {
 }  // namespace
 
 bool is_builtin_addition(const std::string& spec) { return spec == "builtin:addition"; }
+
+void require_regular_file(const std::string& path, const std::string& allowed) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) throw EngineryError("no such file", path, allowed);
+  if (!std::filesystem::is_regular_file(status)) {
+    throw EngineryError("not a regular file (a FIFO, directory or device is never read)", path, allowed);
+  }
+}
 
 std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string& split, int64_t max_length,
                                       int64_t digits, int64_t builtin_size, uint64_t seed,

@@ -44,6 +44,10 @@ std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string
 
 bool is_builtin_addition(const std::string& spec);
 
+// Throws EngineryError naming `path` unless it is a regular file (or a link to one): std::ifstream blocks forever
+// on a FIFO and reads nothing from a directory, so every data or token file is checked before it is opened.
+void require_regular_file(const std::string& path, const std::string& allowed);
+
 // Which examples rank `rank` trains on at each global step. The global batch of step s is the same for every
 // world size: epoch e = s / steps_per_epoch is a permutation of the dataset seeded by (seed, e); step s takes the
 // next train_batch_size indices of it (the incomplete tail is dropped); rank r takes its contiguous slice of

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <optional>
 #include <csignal>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/torch_compat.h"  // compat::remove_all
@@ -24,11 +25,11 @@ struct CommandResult {
   double seconds = 0;
 };
 
-// `shell_prefix` goes before the executable in the shell command line (limits, `exec`).
-CommandResult run(const std::string& args, const std::string& shell_prefix = "") {
+// `enginery <args>` (output and error together) through the shell; `shell_prefix` goes before the executable
+// (limits, traps).
+CommandResult run_enginery(const std::string& args, const std::string& shell_prefix = "") {
   const auto start = std::chrono::steady_clock::now();
-  const std::string cmd =
-      shell_prefix + std::string(ENGINERY_EXE) + " " + args + " --plugin-dir " + ENGINERY_PLUGIN_DIR + " 2>&1";
+  const std::string cmd = shell_prefix + std::string(ENGINERY_EXE) + " " + args + " 2>&1";
   CommandResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   char buffer[4096];
@@ -37,6 +38,10 @@ CommandResult run(const std::string& args, const std::string& shell_prefix = "")
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
+}
+
+CommandResult run(const std::string& args, const std::string& shell_prefix = "") {
+  return run_enginery(args + " --plugin-dir " + ENGINERY_PLUGIN_DIR, shell_prefix);
 }
 
 std::string run_plot(const std::string& dir) {
@@ -221,7 +226,7 @@ TEST_F(TrainEndToEnd, AUsedRunDirectoryIsRefusedOrMovedAsideNeverOverwritten) {
   EXPECT_EQ(read_metrics(out).size(), 2u);
   EXPECT_FALSE(fs::exists(out / "global_step_3"));
 
-  CommandResult help = run("train --help");
+  CommandResult help = run_enginery("train --help");
   EXPECT_NE(help.output.find("--fresh-run"), std::string::npos) << help.output;
 }
 
@@ -265,8 +270,9 @@ TEST_F(TrainEndToEnd, AFailedWriteFailsTheRunNamingTheFile) {
       << summary.output;
 }
 
-// Data that does not fit the model is refused before any rank starts, naming the file, the id and the vocabulary.
-TEST_F(TrainEndToEnd, ATokenIdOutsideTheVocabularyIsRefusedByName) {
+// Data that does not fit the model is refused before any rank starts (before any model runs), naming the file and
+// what does not fit.
+TEST_F(TrainEndToEnd, DataThatDoesNotFitTheModelIsRefusedByName) {
   const fs::path data = dir_ / "bad.jsonl";
   std::ofstream(data) << "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [1, 999999, 3]}\n";
   CommandResult r = run(tiny(dir_ / "tokens") + " --set data.train_files=" + data.string() +
@@ -277,6 +283,27 @@ TEST_F(TrainEndToEnd, ATokenIdOutsideTheVocabularyIsRefusedByName) {
       << r.output;
   EXPECT_EQ(r.output.find("index out of range"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[rank"), std::string::npos) << r.output;
+
+  // `enginery logprobs`: a sequence longer than the model's positions is refused before it is scored, and a
+  // FIFO given as the token file is refused without blocking.
+  const fs::path tokens = dir_ / "long.json";
+  std::string row = "1";
+  for (int i = 1; i < 3000; ++i) row += ", 1";
+  std::ofstream(tokens) << "[[1, 2, 3], [" << row << "]]";
+  CommandResult long_row = run_enginery("logprobs --model builtin:qwen2-tiny --tokens " + tokens.string() +
+                                        " --out " + (dir_ / "lp.json").string());
+  EXPECT_NE(long_row.status, 0) << long_row.output;
+  EXPECT_NE(long_row.output.find(tokens.string() + ": [1]: a sequence of 3000 tokens is longer than the model's "
+                                                   "max_position_embeddings = 2048"),
+            std::string::npos)
+      << long_row.output;
+  const fs::path fifo = dir_ / "tokens.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  CommandResult blocked = run_enginery("logprobs --model builtin:qwen2-tiny --tokens " + fifo.string() + " --out " +
+                                       (dir_ / "lp.json").string());
+  EXPECT_NE(blocked.status, 0) << blocked.output;
+  EXPECT_NE(blocked.output.find(fifo.string() + ": not a regular file"), std::string::npos) << blocked.output;
+  EXPECT_LT(blocked.seconds, 20.0);
 }
 
 // A rank that stops (SIGSTOP) mid-run: the other fails within trainer.collective_timeout_s, naming itself, the
