@@ -1,4 +1,4 @@
-# Finds the chosen dependencies (docs/ARCHITECTURE.md, "Layers": LibTorch, Gloo/NCCL through c10d, Boost, TOML++, nlohmann/json,
+# Finds the chosen dependencies (docs/ARCHITECTURE.md, "Layers": LibTorch, Gloo/NCCL through c10d, Boost.DLL, TOML++, nlohmann/json,
 # CLI11, GoogleTest, OpenSSL's libcrypto) and wraps LibTorch in one interface target with the c10d defines its headers need.
 find_package(Torch REQUIRED)
 # TOML++ is used header-only (TOML_HEADER_ONLY=1): Debian ships it as a compiled library, the GPU machine only

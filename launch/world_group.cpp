@@ -3,16 +3,24 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
 namespace enginery {
 
-c10::intrusive_ptr<c10d::Store> make_tcp_store(const RankEnv& env, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Store> make_tcp_store(const RankEnv& env, std::chrono::milliseconds rendezvous_timeout,
+                                               std::chrono::milliseconds op_timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(env.master_port);
   options.isServer = env.rank == 0;
   options.numWorkers = static_cast<std::size_t>(env.world_size);
   options.waitWorkers = true;
-  options.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  options.timeout = rendezvous_timeout;
+  auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  // Ranks start seconds apart (data, plugins), so the rendezvous keeps its own, longer wait.
+  if (op_timeout.count() > 0) store->setTimeout(op_timeout);
+  return store;
 }
 
 c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int64_t world_size) {
@@ -20,10 +28,16 @@ c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int64_t
 }
 
 c10::intrusive_ptr<compat::CommGroup> make_world_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
-                                                       int64_t world_size, const std::string& device) {
+                                                       int64_t world_size, const std::string& device,
+                                                       std::chrono::milliseconds timeout) {
   const int r = static_cast<int>(rank);
   const int n = static_cast<int>(world_size);
-  return device == "cuda" ? compat::make_nccl_group(store, r, n) : compat::make_gloo_group(store, r, n);
+  return device == "cuda" ? compat::make_nccl_group(store, r, n, timeout)
+                          : compat::make_gloo_group(store, r, n, timeout);
+}
+
+std::chrono::milliseconds collective_timeout(double seconds) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(seconds * 1000.0))));
 }
 
 bool has_world_group(const std::string& device) {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <boost/dll/shared_library.hpp>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -12,23 +13,24 @@
 namespace enginery {
 namespace {
 
+using Library = boost::dll::shared_library;
+
 std::mutex& libraries_mutex() {
   static std::mutex mutex;
   return mutex;
 }
 
-// Every dlopen handle this process obtained for a plugin. Never closed (RTLD_NODELETE besides): LibTorch plugins
-// crash on unload, and engines may outlive every registry.
-std::vector<void*>& opened_libraries() {
-  static auto* libraries = new std::vector<void*>();
+// Deliberately leaked: destroying it at exit would dlclose every plugin after LibTorch's own teardown began.
+std::vector<std::shared_ptr<Library>>& opened_libraries() {
+  static auto* libraries = new std::vector<std::shared_ptr<Library>>();
   return *libraries;
 }
 
-// dlerror()'s text, which names the library and the cause (missing dependency, undefined symbol, not an ELF
-// file); errno after a failed dlopen is whatever an earlier call left there.
-std::string dl_error() {
+// dlerror()'s text names the library and the cause (missing dependency, undefined symbol, not an ELF file);
+// Boost.DLL's own error after a failed dlopen is a fixed errno ("Bad file descriptor") that says neither.
+std::string dl_error(const std::exception& fallback) {
   const char* text = dlerror();
-  return text ? text : "unknown dynamic loader error";
+  return text ? text : fallback.what();
 }
 
 std::string api_text(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
@@ -54,27 +56,28 @@ void check_api_version(int major, int minor, const std::string& where, const std
 }
 
 OpenedLibrary open_plugin_library(const std::filesystem::path& library, const std::string& where) {
-  dlerror();  // clear a stale message
   // RTLD_NODELETE as well: even a handle someone else closes never unmaps the plugin's code.
-  void* raw = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-  if (!raw) {
-    throw EngineryError("cannot load " + library.string() + ": " + dl_error(), where,
+  auto mode = static_cast<boost::dll::load_mode::type>(boost::dll::load_mode::rtld_now |
+                                                       boost::dll::load_mode::rtld_local | RTLD_NODELETE);
+  std::shared_ptr<Library> handle;
+  dlerror();  // clear a stale message
+  try {
+    handle = std::make_shared<Library>(library, mode);
+  } catch (const std::exception& e) {
+    throw EngineryError("cannot load " + library.string() + ": " + dl_error(e), where,
                         "a shared library built for this host");
   }
   {
     std::lock_guard<std::mutex> lock(libraries_mutex());
-    opened_libraries().push_back(raw);
+    opened_libraries().push_back(handle);
   }
-  dlerror();
-  void* symbol = dlsym(raw, ENGINERY_PLUGIN_ENTRY_SYMBOL);
-  if (!symbol) {
+  if (!handle->has(ENGINERY_PLUGIN_ENTRY_SYMBOL)) {
     throw EngineryError(library.string() + " has no entry point '" ENGINERY_PLUGIN_ENTRY_SYMBOL "'", where,
                         "a library defining it with ENGINERY_DEFINE_PLUGIN");
   }
-  auto entry = reinterpret_cast<const PluginInfo* (*)()>(symbol);
+  auto entry = handle->get<const PluginInfo*()>(ENGINERY_PLUGIN_ENTRY_SYMBOL);
   OpenedLibrary opened;
-  // The handle is never closed: the no-op deleter only lets engines share it as "what keeps the code loaded".
-  opened.handle = std::shared_ptr<const void>(raw, [](const void*) {});
+  opened.handle = handle;
   opened.info = entry();
   if (!opened.info) throw EngineryError(ENGINERY_PLUGIN_ENTRY_SYMBOL "() returned null", where);
   return opened;

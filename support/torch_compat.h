@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -48,14 +49,19 @@ using CommGroup = ::enginery::CommGroup;
 // callers emulate them (docs/ARCHITECTURE.md, "Collectives"). True where the op is native.
 constexpr bool kGlooHasAllgatherBase = ENGINERY_TORCH_AT_LEAST(2, 0);
 
+// `timeout`: how long one collective (and the group's own rendezvous) may wait for the other ranks; zero keeps
+// the backend's default. Options::timeout is a plain member in 1.13 (ProcessGroup::Options) and 2.x
+// (Backend::Options).
 inline c10::intrusive_ptr<CommGroup> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int size) {
+                                                     int size,
+                                                     std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
 #ifdef ENGINERY_HAS_GLOO
   auto options = c10d::ProcessGroupGloo::Options::create();
+  if (timeout.count() > 0) options->timeout = timeout;
   options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 #else
-  (void)store, (void)rank, (void)size;
+  (void)store, (void)rank, (void)size, (void)timeout;
   TORCH_CHECK(false, "enginery was built without Gloo headers (ENGINERY_HAS_GLOO undefined); use NCCL");
 #endif
 }
@@ -76,14 +82,17 @@ inline bool has_nccl() {
 #endif
 }
 
+// `timeout` as for make_gloo_group (NCCL's watchdog enforces it).
 inline c10::intrusive_ptr<CommGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int size) {
+                                                     int size,
+                                                     std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
 #ifdef ENGINERY_HAS_NCCL
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->is_high_priority_stream = true;
+  if (timeout.count() > 0) options->timeout = timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 #else
-  (void)store, (void)rank, (void)size;
+  (void)store, (void)rank, (void)size, (void)timeout;
   TORCH_CHECK(false, "enginery was built without NCCL (configure with -DENGINERY_WITH_NCCL=ON against a CUDA LibTorch)");
 #endif
 }

@@ -6,10 +6,13 @@
 // The whole global_step_<N> is built under <out>/.global_step_<N>.tmp and renamed into place by rank 0 only after
 // every rank's engine save returned and trainer_state.json is on disk, so a directory with that name is always
 // complete and resumable: a kill at any moment leaves the previous one as the newest. Retention runs after the
-// rename and counts complete directories on disk, so it never removes the last resumable one.
+// rename and counts complete directories on disk, so it never removes the last resumable one. A global_step_<N>
+// whose trainer_state.json is missing, unreadable or inconsistent is never deleted and never silently skipped:
+// resuming past it is refused by name, since the resumed run would overwrite it.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace enginery {
 
@@ -29,14 +32,36 @@ std::string temp_checkpoint_dir(const std::string& output_dir, int64_t global_st
 
 // Rank 0, before any rank saves: removes a killed save's leftover and creates temp_checkpoint_dir empty.
 void begin_checkpoint(const std::string& output_dir, int64_t global_step);
+// A global_step_<N> directory that cannot be resumed, and why ("trainer_state.json: ...").
+struct UnusableCheckpoint {
+  int64_t global_step = 0;  // the N of its name
+  std::string dir;
+  std::string reason;
+};
+
 // Rank 0, after every rank's engine save returned: trainer_state.json into the temporary directory, fsync, rename
-// to checkpoint_dir, the latest marker, then retention (max_ckpt_to_keep > 0: keep that many complete ones).
-void commit_checkpoint(const std::string& output_dir, const TrainerState& state, int64_t max_ckpt_to_keep);
+// to checkpoint_dir, the latest marker, then retention (max_ckpt_to_keep > 0: keep that many resumable ones; those
+// it cannot read are kept and returned, for a warning).
+std::vector<UnusableCheckpoint> commit_checkpoint(const std::string& output_dir, const TrainerState& state,
+                                                  int64_t max_ckpt_to_keep);
 
 // trainer_state.json into an existing checkpoint_dir(output_dir, state.global_step), then the latest marker.
 void write_trainer_state(const std::string& output_dir, const TrainerState& state);
 
+// Every global_step_<N> in output_dir: the resumable ones (oldest first) and the others with the reason.
+struct CheckpointScan {
+  std::vector<TrainerState> resumable;
+  std::vector<UnusableCheckpoint> unusable;
+};
+CheckpointScan scan_checkpoints(const std::string& output_dir);
+
 // The newest complete checkpoint: the highest global_step_<N> holding a readable trainer_state.json.
 std::optional<TrainerState> find_latest_checkpoint(const std::string& output_dir);
+
+// What --resume continues from: the newest resumable checkpoint, or nullopt when there is none at all. A
+// global_step_<N> newer than it that cannot be resumed is an error naming it and why (continuing from an older one
+// would overwrite it); older unusable ones are added to `older_unusable`, for a warning.
+std::optional<TrainerState> checkpoint_to_resume(const std::string& output_dir,
+                                                 std::vector<UnusableCheckpoint>& older_unusable);
 
 }  // namespace enginery

@@ -1,23 +1,59 @@
 #include "trainer/collectives.h"
 
+#include <algorithm>
+#include <cctype>
+
+#include "host_api/error.h"
+
 namespace enginery {
+namespace {
+
+// c10::Error's what() carries a C++ backtrace; the user needs the first line.
+std::string message_of(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+}  // namespace
+
+bool is_collective_timeout(const std::exception& e) {
+  std::string text = message_of(e);
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return text.find("timed out") != std::string::npos || text.find("timeout") != std::string::npos;
+}
+
+void throw_collective_failure(const std::string& what, int64_t rank, const std::exception& e) {
+  const std::string rank_text = "rank " + std::to_string(rank);
+  if (is_collective_timeout(e)) {
+    throw EngineryError(rank_text + " waited longer than trainer.collective_timeout_s for the other ranks (one of "
+                                    "them is stopped, hung or gone; raise the setting if a step legitimately takes "
+                                    "that long): " + message_of(e),
+                        what);
+  }
+  throw EngineryError(rank_text + " failed: " + message_of(e), what);
+}
 
 std::vector<double> all_reduce(const c10::intrusive_ptr<compat::CommGroup>& group, std::vector<double> values,
-                               c10d::ReduceOp op, const torch::Device& device) {
+                               c10d::ReduceOp op, const torch::Device& device, const std::string& what) {
   if (!group || values.empty()) return values;
   // fp64 keeps token counts exact; NCCL and Gloo both reduce doubles.
   std::vector<at::Tensor> tensors = {
       torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble)).to(device)};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
-  group->allreduce(tensors, options)->wait();
+  try {
+    group->allreduce(tensors, options)->wait();
+  } catch (const std::exception& e) {
+    throw_collective_failure(what, group->getRank(), e);
+  }
   const at::Tensor result = tensors[0].cpu();
   return std::vector<double>(result.data_ptr<double>(), result.data_ptr<double>() + result.numel());
 }
 
-void barrier(const c10::intrusive_ptr<compat::CommGroup>& group, const torch::Device& device) {
+void barrier(const c10::intrusive_ptr<compat::CommGroup>& group, const torch::Device& device,
+             const std::string& what) {
   // An all-reduce rather than ProcessGroup::barrier: the same call works on every backend and version.
-  all_reduce(group, {1.0}, c10d::ReduceOp::SUM, device);
+  all_reduce(group, {1.0}, c10d::ReduceOp::SUM, device, what);
 }
 
 }  // namespace enginery

@@ -306,6 +306,11 @@ void apply_override(toml::table& root, const std::string& text, std::map<std::st
   flags[key] = flag;
 }
 
+// A collective timeout must be a real duration: below 0.1 s every collective would fail, and c10d counts it in
+// milliseconds (int64), so absurd values are refused rather than overflowed.
+constexpr double kMinCollectiveTimeoutS = 0.1;
+constexpr double kMaxCollectiveTimeoutS = 1e6;
+
 void check_positive(const TrainConfig& c, int64_t value, const std::string& key) {
   if (value <= 0) throw EngineryError(key + " must be positive, got " + std::to_string(value), c.where(key), "> 0");
 }
@@ -350,6 +355,8 @@ void check_values(const TrainConfig& c) {
   check_positive(c, c.data.max_length, "data.max_length");
   check_positive(c, c.trainer.log_freq, "trainer.log_freq");
   check_positive(c, c.trainer.total_epochs, "trainer.total_epochs");
+  check_range(c, c.trainer.collective_timeout_s, "trainer.collective_timeout_s", kMinCollectiveTimeoutS,
+              kMaxCollectiveTimeoutS, false, "seconds, 0.1..1e6 (default 1800)");
   if (c.trainer.total_training_steps < 0) {
     throw EngineryError("trainer.total_training_steps must be >= 0", c.where("trainer.total_training_steps"), "0 (from total_epochs) or a step count");
   }

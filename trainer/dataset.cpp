@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "host_api/error.h"
@@ -14,10 +15,38 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+
+void check_token_id(int64_t id, const TokenLimits& limits, const std::string& where) {
+  const bool too_big = limits.vocab_size > 0 && id >= limits.vocab_size;
+  if (id < 0 || too_big) {
+    const std::string vocab = limits.vocab_size > 0 ? std::to_string(limits.vocab_size) : "?";
+    throw EngineryError("token id " + std::to_string(id) + " is outside the vocabulary of " + vocab + " ids of " +
+                            limits.model,
+                        where, "0.." + (limits.vocab_size > 0 ? std::to_string(limits.vocab_size - 1) : "vocab-1"));
+  }
+}
+
+void check_length(int64_t length, const TokenLimits& limits, const std::string& where, const std::string& what) {
+  if (limits.max_positions > 0 && length > limits.max_positions) {
+    throw EngineryError(what + " of " + std::to_string(length) + " tokens is longer than max_position_embeddings = " +
+                            std::to_string(limits.max_positions) + " of " + limits.model,
+                        where, "sequences of at most " + std::to_string(limits.max_positions) + " tokens");
+  }
+}
+
 class AdditionDataset : public Dataset {
  public:
-  AdditionDataset(int64_t digits, uint64_t seed, int64_t size, bool val)
-      : task_(digits, seed), size_(size), val_(val) {}
+  AdditionDataset(int64_t digits, uint64_t seed, int64_t size, bool val, const TokenLimits& limits)
+      : task_(digits, seed), size_(size), val_(val) {
+    if (limits.vocab_size > 0 && limits.vocab_size < AdditionTask::kVocabSize) {
+      throw EngineryError("the addition task needs " + std::to_string(AdditionTask::kVocabSize) +
+                              " token ids, the vocabulary of " + limits.model + " has " +
+                              std::to_string(limits.vocab_size),
+                          "builtin:addition");
+    }
+    check_length(task_.seq_len(), limits, "builtin:addition, data.digits = " + std::to_string(digits),
+                 "an example");
+  }
   int64_t size() const override { return size_; }
   Example get(int64_t index) const override {
     auto [a, b] = val_ ? task_.val_pair(index) : task_.train_pair(index);
@@ -38,7 +67,8 @@ class AdditionDataset : public Dataset {
 // array of numbers as long as input_ids is kept as a per-token float tensor (old_log_probs, advantages, ...).
 class JsonlDataset : public Dataset {
  public:
-  JsonlDataset(const std::string& path, int64_t max_length) : path_(path) {
+  JsonlDataset(const std::string& path, int64_t max_length, const TokenLimits& limits) : path_(path) {
+    require_regular_file(path, "a .jsonl file");
     std::ifstream in(path);
     if (!in) throw EngineryError("cannot open data file", path);
     std::string line;
@@ -51,7 +81,7 @@ class JsonlDataset : public Dataset {
       } catch (const std::exception& e) {
         throw EngineryError(std::string("invalid JSON: ") + e.what(), where);
       }
-      rows_.push_back(parse_row(row, where, max_length));
+      rows_.push_back(parse_row(row, where, max_length, limits));
     }
     if (rows_.empty()) throw EngineryError("no examples", path);
   }
@@ -60,19 +90,21 @@ class JsonlDataset : public Dataset {
   std::string describe() const override { return path_ + " (" + std::to_string(rows_.size()) + " rows)"; }
 
  private:
-  static Example parse_row(const nlohmann::json& row, const std::string& where, int64_t max_length) {
+  static Example parse_row(const nlohmann::json& row, const std::string& where, int64_t max_length,
+                           const TokenLimits& limits) {
     if (!row.is_object() || !row.contains("input_ids") || !row["input_ids"].is_array()) {
       throw EngineryError("each line needs an array \"input_ids\"", where, "input_ids, loss_mask, per-token arrays");
     }
     Example ex;
     for (const auto& id : row["input_ids"]) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-        throw EngineryError("input_ids must be non-negative integers", where);
-      }
+      if (!id.is_number_integer()) throw EngineryError("input_ids must be integers, found " + id.dump(), where);
+      check_token_id(id.get<int64_t>(), limits, where + ": input_ids");
       ex.input_ids.push_back(id.get<int64_t>());
     }
     const size_t n = ex.input_ids.size();
     if (n < 2) throw EngineryError("input_ids needs at least 2 tokens", where);
+    check_length(std::min<int64_t>(static_cast<int64_t>(n), max_length), limits, where,
+                 n > static_cast<size_t>(max_length) ? "a row (cut to data.max_length)" : "a row");
     for (const auto& [name, value] : row.items()) {
       if (name == "input_ids" || !value.is_array()) continue;
       std::vector<float> values;
@@ -108,7 +140,10 @@ class JsonlDataset : public Dataset {
 // first a target.
 class BinDataset : public Dataset {
  public:
-  BinDataset(const std::string& path, int64_t window) : path_(path), window_(window) {
+  BinDataset(const std::string& path, int64_t window, const TokenLimits& limits)
+      : path_(path), window_(window), limits_(limits) {
+    require_regular_file(path, "a .bin file of uint16 token ids");
+    check_length(window, limits, path, "data.max_length, the window");
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     if (!in) throw EngineryError("cannot open data file", path);
     num_tokens_ = static_cast<int64_t>(in.tellg()) / 2;
@@ -127,6 +162,14 @@ class BinDataset : public Dataset {
     if (!in) throw EngineryError("short read at example " + std::to_string(index), path_);
     Example ex;
     ex.input_ids.assign(raw.begin(), raw.end());
+    for (int64_t t = 0; t < window_; ++t) {
+      // Only read windows are checked: scanning a multi-GB token file up front would cost more than the check.
+      if (limits_.vocab_size > 0 && ex.input_ids[t] >= limits_.vocab_size) {
+        check_token_id(ex.input_ids[t], limits_,
+                       path_ + ": token " + std::to_string(index * window_ + t) + " (example " +
+                           std::to_string(index) + ")");
+      }
+    }
     ex.loss_mask.assign(window_, 1.0f);
     ex.loss_mask[0] = 0.0f;
     return ex;
@@ -139,6 +182,7 @@ class BinDataset : public Dataset {
  private:
   std::string path_;
   int64_t window_;
+  TokenLimits limits_;
   int64_t num_tokens_ = 0;
 };
 
@@ -146,13 +190,23 @@ class BinDataset : public Dataset {
 
 bool is_builtin_addition(const std::string& spec) { return spec == "builtin:addition"; }
 
-std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string& split, int64_t max_length,
-                                      int64_t digits, int64_t builtin_size, uint64_t seed) {
-  if (is_builtin_addition(spec)) {
-    return std::make_unique<AdditionDataset>(digits, seed, builtin_size, split == "val");
+void require_regular_file(const std::string& path, const std::string& allowed) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) throw EngineryError("no such file", path, allowed);
+  if (!std::filesystem::is_regular_file(status)) {
+    throw EngineryError("not a regular file (a FIFO, directory or device is never read)", path, allowed);
   }
-  if (ends_with(spec, ".jsonl")) return std::make_unique<JsonlDataset>(spec, max_length);
-  if (ends_with(spec, ".bin")) return std::make_unique<BinDataset>(spec, max_length);
+}
+
+std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string& split, int64_t max_length,
+                                      int64_t digits, int64_t builtin_size, uint64_t seed,
+                                      const TokenLimits& limits) {
+  if (is_builtin_addition(spec)) {
+    return std::make_unique<AdditionDataset>(digits, seed, builtin_size, split == "val", limits);
+  }
+  if (ends_with(spec, ".jsonl")) return std::make_unique<JsonlDataset>(spec, max_length, limits);
+  if (ends_with(spec, ".bin")) return std::make_unique<BinDataset>(spec, max_length, limits);
   throw EngineryError("unknown data source '" + spec + "'", "data." + split + "_files",
                       "builtin:addition, <file>.jsonl, <file>.bin");
 }

@@ -26,12 +26,27 @@ class Dataset {
   virtual std::string describe() const = 0;
 };
 
-// `spec`: "builtin:addition", a .jsonl file or a .bin file. `split` is "train" or "val" (the builtin task's
-// held-out pairs). Throws EngineryError naming the file (and line for .jsonl).
+// What the model accepts. Data is checked against it when opened (every .jsonl row, the built-in task, a .bin
+// file's window length) or read (a .bin window's ids), so a bad id or an overlong sequence is an error naming the
+// file, never an index error deep inside the model or a huge allocation.
+struct TokenLimits {
+  int64_t vocab_size = 0;     // ids must lie in [0, vocab_size); 0: unchecked
+  int64_t max_positions = 0;  // no sequence longer than this (max_position_embeddings); 0: unchecked
+  std::string model;          // which model, for messages: "model.path = ..."
+};
+
+// `spec`: "builtin:addition", a .jsonl file or a .bin file (only regular files are opened: a FIFO would block).
+// `split` is "train" or "val" (the builtin task's held-out pairs). Throws EngineryError naming the file (and line
+// for .jsonl).
 std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string& split, int64_t max_length,
-                                      int64_t digits, int64_t builtin_size, uint64_t seed);
+                                      int64_t digits, int64_t builtin_size, uint64_t seed,
+                                      const TokenLimits& limits = {});
 
 bool is_builtin_addition(const std::string& spec);
+
+// Throws EngineryError naming `path` unless it is a regular file (or a link to one): std::ifstream blocks forever
+// on a FIFO and reads nothing from a directory, so every data or token file is checked before it is opened.
+void require_regular_file(const std::string& path, const std::string& allowed);
 
 // Which examples rank `rank` trains on at each global step. The global batch of step s is the same for every
 // world size: epoch e = s / steps_per_epoch is a permutation of the dataset seeded by (seed, e); step s takes the

@@ -18,7 +18,8 @@ std::vector<torch::Tensor> infer_rows(const EvalContext& ctx, const std::vector<
   const int64_t per_call = ctx.rows_per_call;
   const int64_t n = static_cast<int64_t>(rows.size());
   const double local_calls = static_cast<double>((n + per_call - 1) / per_call);
-  const int64_t calls = static_cast<int64_t>(all_reduce(ctx.group, {local_calls}, c10d::ReduceOp::MAX, ctx.device)[0]);
+  const int64_t calls = static_cast<int64_t>(all_reduce(ctx.group, {local_calls}, c10d::ReduceOp::MAX, ctx.device,
+                                                        "evaluation: all-reduce of the call count")[0]);
   std::vector<torch::Tensor> result;
   result.reserve(rows.size());
   for (int64_t call = 0; call < calls; ++call) {
@@ -27,7 +28,8 @@ std::vector<torch::Tensor> infer_rows(const EvalContext& ctx, const std::vector<
     const int64_t real = static_cast<int64_t>(chunk.size());
     while (static_cast<int64_t>(chunk.size()) < per_call) chunk.push_back(filler_row());
     const Batch batch = collate(chunk).to(ctx.device);
-    BatchOutput out = ctx.engine->infer_batch(batch, sft_loss);
+    BatchOutput out = guard_collective("evaluation: engine infer_batch", ctx.rank,
+                                       [&] { return ctx.engine->infer_batch(batch, sft_loss); });
     auto it = out.outputs.find("log_probs");
     if (it == out.outputs.end() || !it->second.defined()) {
       throw EngineryError("the engine returned no log_probs from infer_batch", "evaluation");
@@ -118,7 +120,7 @@ EvalResult evaluate_addition(const EvalContext& ctx, const AdditionTask& task, i
   }
   const auto sums = all_reduce(ctx.group, {static_cast<double>(local_correct), static_cast<double>(examples.size()),
                                            nll, tokens},
-                               c10d::ReduceOp::SUM, ctx.device);
+                               c10d::ReduceOp::SUM, ctx.device, "evaluation: all-reduce of the exact-match counts");
   result.correct = static_cast<int64_t>(sums[0]);
   result.total = static_cast<int64_t>(sums[1]);
   result.accuracy = result.total > 0 ? sums[0] / sums[1] : 0.0;
@@ -139,7 +141,8 @@ EvalResult evaluate_loss(const EvalContext& ctx, const Dataset& val) {
       tokens += rows[k].loss_mask[t];
     }
   }
-  const auto sums = all_reduce(ctx.group, {nll, tokens}, c10d::ReduceOp::SUM, ctx.device);
+  const auto sums = all_reduce(ctx.group, {nll, tokens}, c10d::ReduceOp::SUM, ctx.device,
+                               "evaluation: all-reduce of the validation loss");
   EvalResult result;
   result.val_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
   return result;

@@ -1,37 +1,83 @@
 #include "trainer/metrics_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "host_api/error.h"
+#include "support/durable_fs.h"
 
 namespace enginery {
 
-MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step)
-    : path_((std::filesystem::path(dir) / "metrics.jsonl").string()) {
-  std::vector<std::string> kept;
-  if (resume_step >= 0) {
-    std::ifstream in(path_);
-    for (std::string line; std::getline(in, line);) {
-      try {
-        if (nlohmann::json::parse(line).value("step", int64_t{0}) <= resume_step) kept.push_back(line);
-      } catch (const std::exception&) {
-        // a line cut short by a crash: dropped
-      }
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
+  throw EngineryError(what + ": " + std::strerror(err), path);
+}
+
+// The lines of an earlier attempt up to resume_step (lines cut short by a crash are dropped).
+std::string kept_lines(const std::string& path, int64_t resume_step) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return "";
+  if (!std::filesystem::is_regular_file(path, ec)) throw EngineryError("is not a regular file", path);
+  std::ifstream in(path);
+  if (!in) fail("cannot read", path, errno);
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= resume_step) kept += line + '\n';
+    } catch (const std::exception&) {
+      // a line cut short by a crash: dropped
     }
   }
-  out_.open(path_, std::ios::trunc);
-  if (!out_) throw EngineryError("cannot write", path_);
-  for (const auto& line : kept) out_ << line << '\n';
-  out_.flush();
+  return kept;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step)
+    : path_((std::filesystem::path(dir) / "metrics.jsonl").string()) {
+  int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC;
+  if (resume_step >= 0) {
+    // Written aside and renamed over: a kill mid-way leaves the old file whole.
+    durable::replace_file(path_, kept_lines(path_, resume_step));
+  } else {
+    flags |= O_EXCL;  // a new run never appends to (or truncates) an earlier run's metrics
+  }
+  fd_ = ::open(path_.c_str(), flags, 0644);
+  if (fd_ < 0 && errno == EEXIST) {
+    throw EngineryError("already exists: a new run does not overwrite an earlier run's metrics (--resume continues "
+                        "it, --fresh-run moves it aside)",
+                        path_);
+  }
+  if (fd_ < 0) fail("cannot open for writing", path_, errno);
+}
+
+MetricsLog::~MetricsLog() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsLog::write(const nlohmann::json& line) {
-  out_ << line.dump() << '\n';
-  out_.flush();
+  const std::string text = line.dump() + '\n';
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write", path_, n < 0 ? errno : EIO);
+    done += static_cast<size_t>(n);
+  }
+}
+
+void MetricsLog::sync() {
+  if (::fsync(fd_) != 0 && errno != EINVAL) fail("fsync failed", path_, errno);
 }
 
 std::string format_duration(double seconds) {

@@ -4,22 +4,29 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <fstream>
 #include <string>
 
 namespace enginery {
 
+// <dir>/metrics.jsonl, appended one line per write. Every write is checked: a full disk or a file size limit fails
+// the run with the file named, never a line silently cut short. An existing file is never truncated in place.
 class MetricsLog {
  public:
-  // Opens <dir>/metrics.jsonl. With resume_step >= 0 it keeps only lines of steps <= resume_step (a crashed run
-  // may have written steps past its last checkpoint), else it starts empty.
+  // With resume_step >= 0 it keeps only lines of steps <= resume_step (a crashed run may have written steps past
+  // its last checkpoint), rewritten by an atomic replace; else the file must not exist yet (run_dir.h refused or
+  // moved aside a used directory) and it starts empty.
   MetricsLog(const std::string& dir, int64_t resume_step);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
   void write(const nlohmann::json& line);
+  // fsync: what was written survives a crash of the machine (at checkpoints and at the end of the run).
+  void sync();
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
 };
 
 // "45s", "3m07s", "1h02m".

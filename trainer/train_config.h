@@ -30,6 +30,9 @@ struct TrainerSection {
   std::string device = "auto";     // auto | cpu | cuda
   std::string resume_mode = "disable";  // disable | auto
   int64_t max_ckpt_to_keep = -1;   // -1: keep all
+  // Seconds a rank waits in one collective (and the rendezvous store) before failing with the collective's name,
+  // instead of hanging on a stopped or lost peer. 1800 is torch's default for Gloo; not a verl key.
+  double collective_timeout_s = 1800.0;
 };
 
 struct PluginsSection {

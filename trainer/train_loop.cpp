@@ -11,6 +11,7 @@
 
 #include "host_api/error.h"
 #include "launch/world_group.h"
+#include "support/durable_fs.h"
 #include "trainer/checkpoint_state.h"
 #include "trainer/collectives.h"
 #include "trainer/dataset.h"
@@ -18,6 +19,7 @@
 #include "trainer/evaluator.h"
 #include "trainer/losses.h"
 #include "trainer/metrics_log.h"
+#include "trainer/preflight.h"
 
 namespace fs = std::filesystem;
 
@@ -38,9 +40,9 @@ struct TrainInputs {
 };
 
 // Data first: the step count it implies goes into the optimizer's config.
-TrainInputs open_train_inputs(TrainConfig& config, const RankEnv& env) {
+TrainInputs open_train_inputs(TrainConfig& config, const RankEnv& env, const TokenLimits& limits) {
   auto train = open_dataset(config.data.train_files, "train", config.data.max_length, config.data.digits,
-                            config.data.train_size, static_cast<uint64_t>(config.data.seed));
+                            config.data.train_size, static_cast<uint64_t>(config.data.seed), limits);
   ShardedSampler sampler(train->size(), config.data.train_batch_size, env.rank, env.world_size,
                          static_cast<uint64_t>(config.data.seed), config.data.shuffle);
   const int64_t total = config.trainer.total_training_steps > 0
@@ -60,7 +62,7 @@ struct Evaluation {
   int64_t val_size = 0;
 };
 
-Evaluation open_evaluation(const TrainConfig& config) {
+Evaluation open_evaluation(const TrainConfig& config, const TokenLimits& limits) {
   Evaluation eval;
   eval.enabled = config.trainer.test_freq > 0 && config.model_type() == "language_model";
   if (eval.enabled) {
@@ -69,7 +71,7 @@ Evaluation open_evaluation(const TrainConfig& config) {
       eval.val_size = config.data.val_size;
     } else if (!config.data.val_files.empty()) {
       eval.files = open_dataset(config.data.val_files, "val", config.data.max_length, config.data.digits,
-                                config.data.val_size, static_cast<uint64_t>(config.data.seed));
+                                config.data.val_size, static_cast<uint64_t>(config.data.seed), limits);
     } else {
       eval.enabled = false;
     }
@@ -93,8 +95,9 @@ void build_engine(RankEngine& out, const TrainConfig& config, const RankEnv& env
   // Plugins first: the loader forks a probe process per plugin, best done before the process group starts threads.
   const PluginLoadReport report = load_plugins(out.registry, plugin_path, lead ? &std::cerr : nullptr);
   check_engine_available(out.registry, report, config, device_name, env.world_size);
-  out.store = make_tcp_store(env);
-  out.group = make_world_group(out.store, env.rank, env.world_size, device_name);
+  const auto timeout = collective_timeout(config.trainer.collective_timeout_s);
+  out.store = make_tcp_store(env, std::chrono::minutes(5), timeout);
+  out.group = make_world_group(out.store, env.rank, env.world_size, device_name, timeout);
   EngineArgs args;
   args.device = device_name;
   args.rank = env.rank;
@@ -119,10 +122,16 @@ void print_banner(const TrainConfig& config, const RankEnv& env, const std::stri
             << "output: " << out_dir << "\n";
 }
 
-// With resume_mode "auto": loads the newest complete checkpoint and returns its step; else 0.
-int64_t resume(const TrainConfig& config, BaseEngine& engine, const std::string& out_dir, bool lead) {
+// With resume_mode "auto": loads the newest complete checkpoint and returns its step; else 0. A newer checkpoint
+// that cannot be resumed is an error (checkpoint_state.h); older ones are named in a warning.
+int64_t resume(const TrainConfig& config, BaseEngine& engine, const std::string& out_dir, int64_t rank) {
   if (config.trainer.resume_mode != "auto") return 0;
-  auto state = find_latest_checkpoint(out_dir);
+  const bool lead = rank == 0;
+  std::vector<UnusableCheckpoint> older;
+  auto state = checkpoint_to_resume(out_dir, older);
+  for (const auto& u : older) {
+    if (lead) std::cerr << "warning: checkpoint " << u.dir << " cannot be resumed (" << u.reason << "); skipped\n";
+  }
   if (!state) {
     if (lead) std::cout << "no complete checkpoint in " << out_dir << ": starting from step 0\n";
     return 0;
@@ -134,7 +143,9 @@ int64_t resume(const TrainConfig& config, BaseEngine& engine, const std::string&
                             "; resuming with other values would not continue the same data order",
                         out_dir, "the seed and batch size it was saved with");
   }
-  engine.load_checkpoint(engine_checkpoint_dir(checkpoint_dir(out_dir, state->global_step)));
+  const std::string dir = checkpoint_dir(out_dir, state->global_step);
+  guard_collective("engine load_checkpoint of " + dir, rank,
+                   [&] { engine.load_checkpoint(engine_checkpoint_dir(dir)); });
   const int64_t start = state->global_step;
   if (lead) {
     std::cout << "resumed from " << checkpoint_dir(out_dir, start) << " (epoch " << state->epoch << ", step "
@@ -174,6 +185,7 @@ class TrainingLoop {
   void write_summary();
 
   const TrainConfig& config_;
+  const int64_t rank_;
   const bool lead_;
   TrainInputs& inputs_;
   const Evaluation& eval_;
@@ -195,6 +207,7 @@ TrainingLoop::TrainingLoop(const TrainConfig& config, const RankEnv& env, TrainI
                            const Evaluation& eval, const RankEngine& engine, torch::Device device,
                            std::string out_dir, int64_t start)
     : config_(config),
+      rank_(env.rank),
       lead_(env.rank == 0),
       inputs_(inputs),
       eval_(eval),
@@ -245,12 +258,14 @@ void TrainingLoop::train_step(int64_t step) {
                           config_.data.train_files, "per-token arrays in the .jsonl rows");
     }
   }
-  BatchOutput out = engine_.train_batch(batch, inputs_.loss_fn);
+  const std::string at_step = " at step " + std::to_string(step);
+  BatchOutput out = guard_collective("engine train_batch" + at_step, rank_,
+                                     [&] { return engine_.train_batch(batch, inputs_.loss_fn); });
   const double local_loss = out.loss.defined() ? out.loss.item<double>() : 0.0;
   const auto sums = all_reduce(group_,
                                {local_loss, batch.at("attention_mask").sum().item<double>(),
                                 batch.at("loss_mask").sum().item<double>()},
-                               c10d::ReduceOp::SUM, device_);
+                               c10d::ReduceOp::SUM, device_, "all-reduce of the step metrics" + at_step);
   const double grad_norm = out.grad_norm.defined() ? out.grad_norm.item<double>() : 0.0;
   const double step_seconds = seconds_since(step_start);
   train_seconds_ += step_seconds;
@@ -289,15 +304,21 @@ void TrainingLoop::record_step(int64_t step, const BatchOutput& out, const std::
 // data position are on disk (checkpoint_state.h); retention is ours, counting only resumable ones.
 void TrainingLoop::save_checkpoint(int64_t step) {
   const std::string dir = checkpoint_dir(out_dir_, step);
+  const std::string at_step = " at step " + std::to_string(step);
   if (lead_) begin_checkpoint(out_dir_, step);
-  barrier(group_, device_);
-  engine_.save_checkpoint(engine_checkpoint_dir(temp_checkpoint_dir(out_dir_, step)), step, 0);
-  barrier(group_, device_);  // every rank's engine save returned
+  barrier(group_, device_, "barrier before the checkpoint" + at_step);
+  guard_collective("engine save_checkpoint" + at_step, rank_, [&] {
+    engine_.save_checkpoint(engine_checkpoint_dir(temp_checkpoint_dir(out_dir_, step)), step, 0);
+  });
+  barrier(group_, device_, "barrier after the checkpoint" + at_step);  // every rank's engine save returned
   if (lead_) {
     const ShardedSampler& sampler = inputs_.sampler;
     TrainerState state{step, sampler.epoch_of(step), step % sampler.steps_per_epoch(), config_.data.seed,
                        config_.data.train_batch_size};
-    commit_checkpoint(out_dir_, state, config_.trainer.max_ckpt_to_keep);
+    metrics_->sync();  // the metrics up to a checkpoint survive with it
+    for (const auto& u : commit_checkpoint(out_dir_, state, config_.trainer.max_ckpt_to_keep)) {
+      std::cerr << "warning: retention keeps " << u.dir << ", which it cannot read (" << u.reason << ")\n";
+    }
     ++summary_.checkpoints;
     std::cout << "checkpoint saved: " << dir << "\n" << std::flush;
   }
@@ -313,7 +334,7 @@ void TrainingLoop::run() {
     if (eval_.enabled && (step % config_.trainer.test_freq == 0 || last)) evaluate(step);
     if (config_.trainer.save_freq > 0 && (step % config_.trainer.save_freq == 0 || last)) save_checkpoint(step);
   }
-  barrier(group_, device_);
+  barrier(group_, device_, "barrier at the end of the run");
   if (lead_) {
     summary_.wall_s = seconds_since(run_start);
     write_summary();
@@ -323,17 +344,16 @@ void TrainingLoop::run() {
 void TrainingLoop::write_summary() {
   summary_.tokens_per_s = train_seconds_ > 0 ? tokens_done_ / train_seconds_ : 0.0;
   const std::string table = format_summary(summary_);
+  metrics_->sync();
+  durable::write_file(fs::path(out_dir_) / "summary.txt", table);  // checked: a failed write fails the run
   std::cout << "\n" << table << std::flush;
-  std::ofstream(fs::path(out_dir_) / "summary.txt", std::ios::trunc) << table;
 }
 
 }  // namespace
 
 void save_resolved_config(const TrainConfig& config) {
   fs::create_directories(config.output_dir());
-  std::ofstream out(fs::path(config.output_dir()) / "config.toml", std::ios::trunc);
-  out << to_toml(config);
-  if (!out) throw EngineryError("cannot write", (fs::path(config.output_dir()) / "config.toml").string());
+  durable::replace_file(fs::path(config.output_dir()) / "config.toml", to_toml(config));
 }
 
 int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector<PluginSearchDir>& plugin_path,
@@ -350,12 +370,13 @@ int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector
 
   const std::string device_name = resolve_device(config);
   const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::kCPU;
-  TrainInputs inputs = open_train_inputs(config, env);
-  const Evaluation eval = open_evaluation(config);
+  const TokenLimits limits = model_token_limits(config);
+  TrainInputs inputs = open_train_inputs(config, env, limits);
+  const Evaluation eval = open_evaluation(config, limits);
   RankEngine engine;
   build_engine(engine, config, env, device_name, plugin_path);
   if (lead) print_banner(config, env, device_name, inputs, out_dir);
-  const int64_t start = resume(config, *engine.engine, out_dir, lead);
+  const int64_t start = resume(config, *engine.engine, out_dir, env.rank);
   TrainingLoop(config, env, inputs, eval, engine, device, out_dir, start).run();
   return 0;
 }

@@ -120,11 +120,23 @@ TEST(TrainConfig, ValuesOutOfRangeAreRefused) {
       {"engine.grad_scaler.init_scale=0", "engine.grad_scaler.init_scale = 0 is out of range"},
       {"engine.grad_scaler.backoff_factor=1.5", "engine.grad_scaler.backoff_factor = 1.5 is out of range"},
       {"engine.max_token_len_per_gpu=0", "engine.max_token_len_per_gpu must be positive"},
+      {"trainer.collective_timeout_s=0", "trainer.collective_timeout_s = 0 is out of range (allowed: seconds, "
+                                         "0.1..1e6 (default 1800))"},
+      {"trainer.collective_timeout_s=-5", "trainer.collective_timeout_s = -5 is out of range"},
+      {"trainer.collective_timeout_s=nan", "trainer.collective_timeout_s = nan is out of range"},
+      {"trainer.collective_timeout_s=inf", "trainer.collective_timeout_s = inf is out of range"},
   };
   for (const auto& [flag, message] : cases) {
     const std::string e = error_of(base, {flag});
     EXPECT_NE(e.find("--set " + flag + ": " + message), std::string::npos) << e;
   }
+}
+
+TEST(TrainConfig, CollectiveTimeoutIsASettingWithTorchsDefault) {
+  const auto base = write_config("timeout.toml", "[trainer]\ntotal_training_steps = 3\n");
+  EXPECT_EQ(load_train_config(base).trainer.collective_timeout_s, 1800.0);
+  EXPECT_EQ(load_train_config(base, {"trainer.collective_timeout_s=2"}).trainer.collective_timeout_s, 2.0);
+  EXPECT_NE(to_toml(load_train_config(base)).find("collective_timeout_s = 1800"), std::string::npos);
 }
 
 // Only a regular, non-empty file is a config: a directory or an empty file used to start a full default run, and

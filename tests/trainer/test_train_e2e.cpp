@@ -8,7 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <optional>
+#include <csignal>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include "support/torch_compat.h"  // compat::remove_all
 
 namespace fs = std::filesystem;
@@ -21,9 +25,11 @@ struct CommandResult {
   double seconds = 0;
 };
 
-CommandResult run(const std::string& args) {
+// `enginery <args>` (output and error together) through the shell; `shell_prefix` goes before the executable
+// (limits, traps).
+CommandResult run_enginery(const std::string& args, const std::string& shell_prefix = "") {
   const auto start = std::chrono::steady_clock::now();
-  const std::string cmd = std::string(ENGINERY_EXE) + " " + args + " --plugin-dir " + ENGINERY_PLUGIN_DIR + " 2>&1";
+  const std::string cmd = shell_prefix + std::string(ENGINERY_EXE) + " " + args + " 2>&1";
   CommandResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   char buffer[4096];
@@ -34,6 +40,10 @@ CommandResult run(const std::string& args) {
   return r;
 }
 
+CommandResult run(const std::string& args, const std::string& shell_prefix = "") {
+  return run_enginery(args + " --plugin-dir " + ENGINERY_PLUGIN_DIR, shell_prefix);
+}
+
 std::string run_plot(const std::string& dir) {
   const std::string cmd = std::string(ENGINERY_EXE) + " plot " + dir + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -42,6 +52,13 @@ std::string run_plot(const std::string& dir) {
   for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.append(buffer, n);
   EXPECT_EQ(pclose(pipe), 0) << out;
   return out;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::vector<nlohmann::json> read_metrics(const fs::path& dir) {
@@ -62,6 +79,12 @@ class TrainEndToEnd : public ::testing::Test {
     if (!HasFailure()) enginery::compat::remove_all(dir_);
   }
   std::string demo() const { return std::string(ENGINERY_SOURCE_DIR) + "/examples/demo.toml"; }
+  // The demo cut down to seconds: one rank, small batches, no evaluation, no checkpoints unless asked.
+  std::string tiny(const fs::path& out, int nproc = 1) const {
+    return "train --config " + demo() + " --nproc " + std::to_string(nproc) + " --set trainer.default_local_dir=" +
+           out.string() + " --set data.train_batch_size=8 --set engine.micro_batch_size_per_gpu=4 " +
+           "--set trainer.test_freq=-1 --set trainer.save_freq=-1 --set trainer.log_freq=1000";
+  }
   fs::path dir_;
 };
 
@@ -165,6 +188,171 @@ TEST_F(TrainEndToEnd, ConfigErrorsStopBeforeAnyRankStarts) {
   EXPECT_NE(batch.output.find("does not divide over 3 ranks"), std::string::npos) << batch.output;
   for (const CommandResult* r : {&unknown, &type, &dtype, &backend, &batch}) EXPECT_LT(r->seconds, 20.0);
   for (const CommandResult& r : refused) EXPECT_LT(r.seconds, 20.0);
+}
+
+// A second run in a used output directory is refused before any rank starts, leaving it byte for byte; with
+// --fresh-run the old run is moved whole to <dir>.old-<time>.
+TEST_F(TrainEndToEnd, AUsedRunDirectoryIsRefusedOrMovedAsideNeverOverwritten) {
+  const fs::path out = dir_ / "used";
+  CommandResult first = run(tiny(out) + " --set trainer.total_training_steps=3 --set trainer.save_freq=3");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string metrics = read_file(out / "metrics.jsonl");
+  ASSERT_FALSE(metrics.empty());
+
+  CommandResult again = run(tiny(out) + " --set trainer.total_training_steps=3");
+  EXPECT_EQ(again.status, 2) << again.output;
+  EXPECT_NE(again.output.find(out.string() + ": already holds a run (global_step_3, "
+                                              "latest_checkpointed_iteration.txt, metrics.jsonl)"),
+            std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("--fresh-run"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("[rank"), std::string::npos) << again.output;
+  EXPECT_EQ(read_file(out / "metrics.jsonl"), metrics);
+
+  CommandResult fresh = run(tiny(out) + " --set trainer.total_training_steps=2 --fresh-run");
+  ASSERT_EQ(fresh.status, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find("moved the previous run in " + out.string() + " to " + out.string() + ".old-"),
+            std::string::npos)
+      << fresh.output;
+  int moved = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    if (entry.path().filename().string().rfind("used.old-", 0) != 0) continue;
+    ++moved;
+    EXPECT_EQ(read_file(entry.path() / "metrics.jsonl"), metrics);
+    EXPECT_TRUE(fs::exists(entry.path() / "global_step_3" / "trainer_state.json"));
+  }
+  EXPECT_EQ(moved, 1);
+  EXPECT_EQ(read_metrics(out).size(), 2u);
+  EXPECT_FALSE(fs::exists(out / "global_step_3"));
+
+  CommandResult help = run_enginery("train --help");
+  EXPECT_NE(help.output.find("--fresh-run"), std::string::npos) << help.output;
+}
+
+// --resume names a checkpoint whose trainer_state.json it cannot read instead of skipping it, and nothing
+// deletes it.
+TEST_F(TrainEndToEnd, AnUnreadableCheckpointIsNamedOnResumeAndKept) {
+  const fs::path out = dir_ / "corrupt";
+  const std::string common = tiny(out) + " --set trainer.save_freq=2 --set trainer.max_ckpt_to_keep=1";
+  CommandResult first = run(common + " --set trainer.total_training_steps=4");
+  ASSERT_EQ(first.status, 0) << first.output;
+  std::ofstream(out / "global_step_4" / "trainer_state.json", std::ios::trunc) << "{\"global_step\": 4,";
+  CommandResult resumed = run(common + " --set trainer.total_training_steps=6 --resume");
+  EXPECT_EQ(resumed.status, 2) << resumed.output;
+  EXPECT_NE(resumed.output.find("checkpoint " + (out / "global_step_4").string() +
+                                " cannot be resumed: trainer_state.json is unreadable"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_TRUE(fs::exists(out / "global_step_4" / "actor"));
+  EXPECT_EQ(read_metrics(out).size(), 4u);
+}
+
+// A write the run depends on that fails (a file size limit, a full disk) fails the run naming the file, instead
+// of exiting 0 with metrics cut short.
+TEST_F(TrainEndToEnd, AFailedWriteFailsTheRunNamingTheFile) {
+  const fs::path limited = dir_ / "fsize";
+  // 24 blocks of 512 bytes: config.toml fits, metrics.jsonl reaches the limit after some 50 steps. SIGXFSZ is
+  // ignored, so the write returns EFBIG, as root too.
+  CommandResult big = run(tiny(limited) + " --set trainer.total_training_steps=400", "trap '' XFSZ; ulimit -f 24; ");
+  EXPECT_NE(big.status, 0) << big.output;
+  EXPECT_NE(big.output.find((limited / "metrics.jsonl").string() + ": cannot write: File too large"),
+            std::string::npos)
+      << big.output;
+
+  const fs::path full = dir_ / "full";
+  fs::create_directories(full);
+  fs::create_symlink("/dev/full", full / "summary.txt");
+  CommandResult summary = run(tiny(full) + " --set trainer.total_training_steps=2");
+  EXPECT_NE(summary.status, 0) << summary.output;
+  EXPECT_NE(summary.output.find((full / "summary.txt").string() + ": write failed: No space left on device"),
+            std::string::npos)
+      << summary.output;
+}
+
+// Data that does not fit the model is refused before any rank starts (before any model runs), naming the file and
+// what does not fit.
+TEST_F(TrainEndToEnd, DataThatDoesNotFitTheModelIsRefusedByName) {
+  const fs::path data = dir_ / "bad.jsonl";
+  std::ofstream(data) << "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [1, 999999, 3]}\n";
+  CommandResult r = run(tiny(dir_ / "tokens") + " --set data.train_files=" + data.string() +
+                        " --set data.train_batch_size=1 --set engine.micro_batch_size_per_gpu=1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(data.string() + ":2: input_ids: token id 999999 is outside the vocabulary of"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("index out of range"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[rank"), std::string::npos) << r.output;
+
+  // `enginery logprobs`: a sequence longer than the model's positions is refused before it is scored, and a
+  // FIFO given as the token file is refused without blocking.
+  const fs::path tokens = dir_ / "long.json";
+  std::string row = "1";
+  for (int i = 1; i < 3000; ++i) row += ", 1";
+  std::ofstream(tokens) << "[[1, 2, 3], [" << row << "]]";
+  CommandResult long_row = run_enginery("logprobs --model builtin:qwen2-tiny --tokens " + tokens.string() +
+                                        " --out " + (dir_ / "lp.json").string());
+  EXPECT_NE(long_row.status, 0) << long_row.output;
+  EXPECT_NE(long_row.output.find(tokens.string() + ": [1]: a sequence of 3000 tokens is longer than the model's "
+                                                   "max_position_embeddings = 2048"),
+            std::string::npos)
+      << long_row.output;
+  const fs::path fifo = dir_ / "tokens.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  CommandResult blocked = run_enginery("logprobs --model builtin:qwen2-tiny --tokens " + fifo.string() + " --out " +
+                                       (dir_ / "lp.json").string());
+  EXPECT_NE(blocked.status, 0) << blocked.output;
+  EXPECT_NE(blocked.output.find(fifo.string() + ": not a regular file"), std::string::npos) << blocked.output;
+  EXPECT_LT(blocked.seconds, 20.0);
+}
+
+// A rank that stops (SIGSTOP) mid-run: the other fails within trainer.collective_timeout_s, naming itself, the
+// step it was in and the setting; the stopped rank is killed by the test. The two ranks are started as torchrun
+// would start them, so the test can stop one.
+TEST_F(TrainEndToEnd, AStoppedPeerFailsTheOtherRankWithinTheCollectiveTimeout) {
+  const fs::path out = dir_ / "stopped";
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  const std::string args = tiny(out) + " --set trainer.total_training_steps=100000 --set trainer.log_freq=1 " +
+                           "--set trainer.collective_timeout_s=5 --set trainer.device=cpu --plugin-dir " +
+                           ENGINERY_PLUGIN_DIR + " 2>&1";
+  auto start_rank = [&](int rank) {
+    const std::string cmd = "echo $$; RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" +
+                            std::to_string(rank) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+                            " OMP_NUM_THREADS=1 exec " + ENGINERY_EXE + " " + args;
+    return popen(cmd.c_str(), "r");
+  };
+  FILE* rank0 = start_rank(0);
+  FILE* rank1 = start_rank(1);
+  ASSERT_TRUE(rank0 && rank1);
+  long pid1 = 0;
+  ASSERT_EQ(fscanf(rank1, "%ld", &pid1), 1);
+  ASSERT_GT(pid1, 1);
+  struct KillOnExit {  // the stopped rank never exits by itself
+    long pid;
+    ~KillOnExit() {
+      if (pid > 1) ::kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+  } cleanup{pid1};
+
+  std::string output;
+  char line[4096];
+  std::optional<std::chrono::steady_clock::time_point> stopped;
+  while (fgets(line, sizeof(line), rank0) != nullptr) {
+    output += line;
+    if (!stopped && output.find(" 2/100000 |") != std::string::npos) {
+      ::kill(static_cast<pid_t>(pid1), SIGSTOP);
+      stopped = std::chrono::steady_clock::now();
+    }
+  }
+  const int status = pclose(rank0);
+  ASSERT_TRUE(stopped.has_value()) << output;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *stopped).count();
+  ::kill(static_cast<pid_t>(pid1), SIGKILL);
+  pclose(rank1);  // reaped: the pid is no longer ours to signal
+  cleanup.pid = 0;
+  EXPECT_NE(status, 0) << output;
+  EXPECT_NE(output.find("rank 0 waited longer than trainer.collective_timeout_s"), std::string::npos) << output;
+  EXPECT_NE(output.find(" at step "), std::string::npos) << output;  // the step's collective is named
+  EXPECT_LT(seconds, 30.0) << output;
 }
 
 }  // namespace

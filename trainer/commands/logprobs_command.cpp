@@ -10,7 +10,9 @@
 #include "models/causal_lm.h"
 #include "models/model_factory.h"
 #include "models/sequence_scores.h"
+#include "support/durable_fs.h"
 #include "trainer/command.h"
+#include "trainer/dataset.h"
 
 namespace enginery {
 namespace {
@@ -20,7 +22,9 @@ struct LogprobsArgs {
   int64_t max_batch_tokens = 8192;
 };
 
-std::vector<std::vector<int64_t>> read_tokens(const std::string& path, int64_t vocab) {
+// Every id inside the vocabulary and every sequence within max_position_embeddings, checked before the model runs
+// (an overlong sequence would otherwise try to allocate its attention).
+std::vector<std::vector<int64_t>> read_tokens(const std::string& path, int64_t vocab, int64_t max_positions) {
   std::ifstream in(path);
   if (!in) throw EngineryError("cannot open the token file", path);
   nlohmann::json j;
@@ -46,6 +50,12 @@ std::vector<std::vector<int64_t>> read_tokens(const std::string& path, int64_t v
       }
       seq.push_back(id);
     }
+    if (max_positions > 0 && static_cast<int64_t>(seq.size()) > max_positions) {
+      throw EngineryError("a sequence of " + std::to_string(seq.size()) +
+                              " tokens is longer than the model's max_position_embeddings = " +
+                              std::to_string(max_positions),
+                          path + ": [" + std::to_string(i) + "]");
+    }
     tokens.push_back(std::move(seq));
   }
   return tokens;
@@ -57,23 +67,21 @@ int run_logprobs(const LogprobsArgs& a) {
   if (a.device == "cuda" && !torch::cuda::is_available()) {
     throw EngineryError("CUDA is not available in this build or on this machine", "--device", "cpu");
   }
+  require_regular_file(a.tokens, "a JSON file of token-id lists");  // before the model is built: fails fast
   const torch::Device device = a.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   ModelConfig cfg;
   cfg.path = a.model;
   auto model = models::build_model(cfg, "language_model", {device});
   model->eval();
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());
-  const auto tokens = read_tokens(a.tokens, lm->args().vocab_size);
+  const auto tokens = read_tokens(a.tokens, lm->args().vocab_size, lm->args().max_position_embeddings);
   models::ScoreOptions opts;
   opts.device = device;
   opts.compute_dtype = a.dtype == "bf16" ? c10::kBFloat16 : c10::kFloat;
   opts.max_batch_tokens = a.max_batch_tokens;
   auto scores = models::score_sequences(*model, tokens, opts);
   nlohmann::json out = {{"log_probs", scores.log_probs}, {"entropy", scores.entropy}};
-  std::ofstream file(a.out, std::ios::trunc);
-  if (!file) throw EngineryError("cannot write", a.out);
-  file << out.dump() << "\n";
-  if (!file) throw EngineryError("write failed", a.out);
+  durable::write_file(a.out, out.dump() + "\n");  // checked to the disk: a full disk is an error, not a cut file
   return 0;
 }
 

@@ -1,4 +1,4 @@
-// `enginery train --config FILE [--nproc N] [--set key=value ...] [--resume]` (issue 6).
+// `enginery train --config FILE [--nproc N] [--set key=value ...] [--resume | --fresh-run]` (issue 6).
 #include <c10/util/Exception.h>
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include "trainer/command.h"
 #include "trainer/engine_factory.h"
 #include "trainer/preflight.h"
+#include "trainer/run_dir.h"
 #include "trainer/train_loop.h"
 
 namespace enginery {
@@ -21,7 +22,14 @@ struct TrainOptions {
   std::vector<std::string> overrides;
   std::vector<std::string> plugin_dirs;
   bool resume = false;
+  bool fresh_run = false;
 };
+
+// The output directory, checked (and an old run moved aside) before anything is written there (run_dir.h).
+void prepare_output(const TrainConfig& config, bool fresh_run) {
+  const std::string moved = prepare_output_dir(config, fresh_run);
+  if (!moved.empty()) std::cout << "moved the previous run in " << config.output_dir() << " to " << moved << "\n";
+}
 
 // Config and setup errors exit with 2 before any rank starts; a failed rank's status is passed on.
 constexpr int kConfigError = 2;
@@ -44,6 +52,8 @@ int run_train(const TrainOptions& o) {
 
   if (env) {  // one rank of a job (our launcher, torchrun --no-python, srun)
     try {
+      // Started by torchrun or srun, rank 0 is the first to see the output directory; our launcher checked it.
+      if (!env->spawned_locally && env->rank == 0) prepare_output(config, o.fresh_run);
       return run_rank(config, *env, plugin_path, /*print_config=*/!env->spawned_locally);
     } catch (const c10::Error& e) {
       // The message without LibTorch's backtrace: the launcher quotes a rank's last line to the user.
@@ -63,6 +73,7 @@ int run_train(const TrainOptions& o) {
     EngineRegistry registry;
     const PluginLoadReport report = load_plugins(registry, plugin_path, &std::cerr);
     check_engine_available(registry, report, config, device, o.nproc);
+    prepare_output(config, o.fresh_run);
     std::cout << to_toml(config) << std::flush;
     save_resolved_config(config);
   } catch (const std::exception& e) {
@@ -100,7 +111,12 @@ CommandRegistration registration(
       sub.add_option("--plugin-dir", options->plugin_dirs,
                      "Plugin directory when the config has no plugins.dirs (default: plugins/ beside bin/)")
           ->allow_extra_args(false);
-      sub.add_flag("--resume", options->resume, "Continue from the newest complete checkpoint (resume_mode auto)");
+      auto* resume =
+          sub.add_flag("--resume", options->resume, "Continue from the newest complete checkpoint (resume_mode auto)");
+      sub.add_flag("--fresh-run", options->fresh_run,
+                   "Start over in an output directory that already holds a run: its contents are first moved "
+                   "to <dir>.old-<UTC time> (without this flag or --resume, such a directory is refused)")
+          ->excludes(resume);
       return [options] { return run_train(*options); };
     });
 
