@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 .PHONY: demo test deps build clean
 
 demo: build
-	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2
+	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run  # a previous demo is moved aside, never overwritten
 	$(BUILD)/bin/enginery plot runs/demo
 
 test: build

@@ -9,4 +9,9 @@ cd .deps
 for p in libtomlplusplus-dev nlohmann-json3-dev libcli11-dev; do
   ls ${p}_*.deb >/dev/null 2>&1 || apt-get download "$p"
 done
-ls -la
+# OpenSSL's libcrypto (SHA-256 of plugins and checkpoints), unpacked there only when the machine has no headers.
+mkdir -p ssl
+for p in libssl-dev libssl3; do
+  ls ssl/${p}_*.deb >/dev/null 2>&1 || (cd ssl && apt-get download "$p")
+done
+ls -la . ssl
