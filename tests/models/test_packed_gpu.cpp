@@ -22,7 +22,7 @@ std::shared_ptr<CausalLM> builtin_on_cuda(const std::string& name, const std::st
 // Long enough that the kernels tile each sequence; one sequence of one token; left and right padding.
 ModelInputs ragged_on_cuda(int64_t seq_len) {
   torch::manual_seed(3);
-  const std::vector<int64_t> lengths{seq_len, 17, 1, seq_len - 50, 200};
+  const std::vector<int64_t> lengths{seq_len, 17, 1, seq_len - 50, seq_len / 2};
   const int64_t b = static_cast<int64_t>(lengths.size());
   auto ids = torch::randint(0, 256, {b, seq_len}, torch::kLong);
   auto mask = torch::zeros({b, seq_len}, torch::kLong);
