@@ -37,7 +37,7 @@ DdpEngine::DdpEngine(enginery::EngineArgs args) : args_(std::move(args)), device
 }
 
 enginery::ConfigSupport DdpEngine::config_support() {
-  enginery::ConfigSupport support;  // the defaults: fp32 reductions and buffers, no HSDP, offload or packing
+  enginery::ConfigSupport support;  // the defaults: fp32 reductions and buffers, no HSDP or offload
   support.param_dtypes = {c10::kFloat};
   // fp16 would need a grad scaler, which this engine does not have; bf16 only where CPU autocast has it.
   if (enginery::compat::autocast_supported(c10::DeviceType::CPU, c10::kBFloat16)) {
@@ -45,6 +45,7 @@ enginery::ConfigSupport DdpEngine::config_support() {
   }
   support.scaler_modes = {enginery::ScalerMode::kAuto, enginery::ScalerMode::kNever};
   support.dynamic_bsz = true;  // the host's loop forms the micro-batches; forward_step takes any number of rows
+  support.remove_padding = true;  // the model packs the valid tokens; forward_step passes the flag on
   return support;
 }
 
@@ -93,6 +94,7 @@ enginery::MicroBatchResult DdpEngine::forward_step(const Batch& micro_batch, con
   inputs.input_ids = micro_batch.at("input_ids").to(device_);
   inputs.attention_mask = micro_batch.at("attention_mask").to(device_);
   if (micro_batch.has("position_ids")) inputs.position_ids = micro_batch.at("position_ids").to(device_);
+  inputs.remove_padding = args_.model.use_remove_padding;
   enginery::models::HeadOptions head;
   head.compute_entropy = ctx.calculate_entropy;
   enginery::MicroBatchResult result;
