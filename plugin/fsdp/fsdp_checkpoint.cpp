@@ -357,7 +357,14 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
       // Same world size: each rank its own generator; otherwise rank r takes saved rank r mod the old size (a
       // resharded run continues from valid states but cannot reproduce the unsharded sequence anyway).
       const std::string name = ckpt::extra_file_name(world.rank() % meta.world_size);
-      ckpt::restore_rng(nlohmann::json::parse(reader.read_text(name)), device_, (fs::path(path) / name).string());
+      const std::string extra_path = (fs::path(path) / name).string();
+      nlohmann::json rng;
+      try {
+        rng = nlohmann::json::parse(reader.read_text(name));
+      } catch (const nlohmann::json::exception& e) {
+        throw EngineryError(std::string("RNG state is not valid JSON: ") + e.what(), extra_path);
+      }
+      ckpt::restore_rng(rng, device_, extra_path);
     }
   } catch (const std::exception& e) {
     error = e.what();
