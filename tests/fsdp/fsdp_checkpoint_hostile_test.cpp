@@ -230,8 +230,18 @@ TEST_F(HostileCheckpoint, MutatedMetadataIsAnEngineryErrorOrAccepted) {
   const json flat = meta.flatten();  // its keys are the JSON pointers of the leaves
   const std::vector<json> hostile = {-1, 0, int64_t{9223372036854775807}, uint64_t{18446744073709551615u}, 1.5, 1e300,
                                      "x", nullptr, json::array(), json::object()};
-  size_t refused = 0;
+  // Rows of one kind repeat: the first two segments of each file stand for the rest (keeps the test cheap), and
+  // "config" is for people, never read back.
+  auto worth_mutating = [](const std::string& pointer) {
+    const auto at = pointer.find("/segments/");
+    return pointer.rfind("/config", 0) != 0 &&
+           (at == std::string::npos || pointer.compare(at, 12, "/segments/0/") == 0 ||
+            pointer.compare(at, 12, "/segments/1/") == 0);
+  };
+  size_t refused = 0, tried = 0;
   for (auto it = flat.begin(); it != flat.end(); ++it) {
+    if (!worth_mutating(it.key())) continue;
+    ++tried;
     for (const json& value : hostile) {
       json mutated = meta;
       mutated[json::json_pointer(it.key())] = value;
@@ -241,10 +251,10 @@ TEST_F(HostileCheckpoint, MutatedMetadataIsAnEngineryErrorOrAccepted) {
       EXPECT_NE(err.find(kWhere), std::string::npos) << it.key() << ": " << err;
     }
   }
-  EXPECT_GT(refused, flat.size());
+  EXPECT_GT(refused, tried);
   const std::string text = meta.dump();
   std::mt19937 gen(21);
-  for (int i = 0; i < 3000; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     std::string bytes = text;
     const int flips = 1 + static_cast<int>(gen() % 4);
     for (int k = 0; k < flips; ++k) bytes[gen() % bytes.size()] = static_cast<char>(gen() % 256);
