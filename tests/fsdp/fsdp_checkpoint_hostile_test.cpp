@@ -184,6 +184,21 @@ TEST_F(HostileCheckpoint, DuplicateHalfSegmentIsNotFullCoverage) {
   EXPECT_NE(parse_error(meta.dump()).find("stored in no file"), std::string::npos);
 }
 
+// Every fault is found before a tensor changes: with the model file intact and the optimizer file cut short, a
+// failed load leaves weights, moments and step count as they were.
+TEST_F(HostileCheckpoint, FailedLoadChangesNothing) {
+  const fs::path dir = copy_with(good(), "cut");
+  const fs::path optim = dir / "optim_rank_0.bin";
+  fs::resize_file(optim, fs::file_size(optim) - 4);
+  saver_step(*engine_, 2);  // the engine's state now differs from the checkpoint's
+  const TensorMap before = full_state(*engine_);
+  const int64_t step_before = engine_->optimizer()->step_count();
+  const std::string err = load_error(dir);
+  EXPECT_NE(err.find(optim.string()), std::string::npos) << err;
+  expect_bitwise_equal(full_state(*engine_), before, "after a failed load");
+  EXPECT_EQ(engine_->optimizer()->step_count(), step_before);
+}
+
 TEST(CheckpointTiling, IsCheckedByPositionNotByCount) {
   EXPECT_FALSE(ckpt::tiling_fault({{4, 8}, {0, 4}}, 0, 8));
   EXPECT_FALSE(ckpt::tiling_fault({{0, 0}, {0, 8}, {8, 8}}, 0, 8));  // empty ranges count for nothing
