@@ -48,7 +48,8 @@ struct Reader {
     }
     const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
     if (huge || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
-      const std::string shown = v.is_number_unsigned() ? std::to_string(v.get<uint64_t>()) : std::to_string(v.get<int64_t>());
+      const std::string shown =
+          v.is_number_unsigned() ? std::to_string(v.get<uint64_t>()) : std::to_string(v.get<int64_t>());
       throw EngineryError(std::string("field '") + key + "' is " + shown + ", out of range", where + ": " + key,
                           int_range(lo, hi));
     }
@@ -139,12 +140,14 @@ RopeArgs read_rope(const Reader& r) {
     const char* type_key = params->contains("rope_type") ? "rope_type" : params->contains("type") ? "type" : nullptr;
     if (type_key != nullptr) {
       if (!params->at(type_key).is_string()) {
-        throw EngineryError("field '" + field + "." + type_key + "' must be a string", r.where + ": " + field + "." + type_key);
+        const std::string key = field + "." + type_key;
+        throw EngineryError("field '" + key + "' must be a string", r.where + ": " + key);
       }
       rope.type = params->at(type_key).get<std::string>();
     }
   }
-  const std::string theta_field = params != nullptr && params->contains("rope_theta") ? field + ".rope_theta" : "rope_theta";
+  const bool nested_theta = params != nullptr && params->contains("rope_theta");
+  const std::string theta_field = nested_theta ? field + ".rope_theta" : "rope_theta";
   r.check_range(rope.theta, theta_field, 0.0, kHuge, true);
   if (rope.type == "default") return rope;
   if (rope.type == "linear" || rope.type == "llama3") {
@@ -164,7 +167,8 @@ void read_sizes(const Reader& r, ModelArgs& a) {
   a.num_attention_heads = r.int_in("num_attention_heads", 1, kMaxHeads);
   a.num_key_value_heads = r.int_in("num_key_value_heads", a.num_attention_heads, 1, a.num_attention_heads);
   if (a.num_attention_heads % a.num_key_value_heads != 0) {
-    throw EngineryError("num_attention_heads must be a multiple of num_key_value_heads", r.where + ": num_key_value_heads",
+    throw EngineryError("num_attention_heads must be a multiple of num_key_value_heads",
+                        r.where + ": num_key_value_heads",
                         "a divisor of num_attention_heads (" + std::to_string(a.num_attention_heads) + ")");
   }
   // transformers: llama/qwen2 use hidden/heads unless head_dim is given; Qwen3Config defaults head_dim to 128.
@@ -242,7 +246,8 @@ ModelArgs read_hf_config(const std::string& dir) {
 
 double approx_parameter_count(const ModelArgs& a) {
   const double hidden = static_cast<double>(a.hidden_size), head_dim = static_cast<double>(a.head_dim);
-  const double attention = hidden * head_dim * static_cast<double>(2 * a.num_attention_heads + 2 * a.num_key_value_heads);
+  const double heads = static_cast<double>(2 * a.num_attention_heads + 2 * a.num_key_value_heads);  // q, o; k, v
+  const double attention = hidden * head_dim * heads;
   const double mlp = 3.0 * hidden * static_cast<double>(a.intermediate_size);
   const double embeddings = static_cast<double>(a.vocab_size) * hidden * (a.tie_word_embeddings ? 1.0 : 2.0);
   return embeddings + static_cast<double>(a.num_hidden_layers) * (attention + mlp);

@@ -86,7 +86,8 @@ void check_name_inside_dir(const std::string& name, const std::string& where) {
   auto refuse = [&](const std::string& why) {
     std::string shown;  // a NUL would cut the message short where it is printed
     for (char c : name) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
-    throw EngineryError("file name '" + shown + "' " + why, where, "a relative path inside the directory, without '..'");
+    throw EngineryError("file name '" + shown + "' " + why, where,
+                        "a relative path inside the directory, without '..'");
   };
   if (name.empty()) refuse("is empty");
   if (name.find('\0') != std::string::npos) refuse("contains a NUL byte");

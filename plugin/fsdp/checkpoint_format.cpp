@@ -128,8 +128,10 @@ std::vector<int64_t> read_params(const Fields& f, const json& j, Metadata& m) {
     p.name = f.string(f.member(params[i], at, "name"), at, "name");
     if (p.name.empty() || !names.insert(p.name).second) f.fail(Fields::join(at, "name"), "is empty or repeated");
     const json& shape = f.array(params[i], at, "shape");
-    if (shape.size() > kMaxDims) f.fail(Fields::join(at, "shape"), "has " + std::to_string(shape.size()) + " dimensions",
-                                        "at most " + std::to_string(kMaxDims));
+    if (shape.size() > kMaxDims) {
+      f.fail(Fields::join(at, "shape"), "has " + std::to_string(shape.size()) + " dimensions",
+             "at most " + std::to_string(kMaxDims));
+    }
     int64_t numel = 1;
     for (size_t d = 0; d < shape.size(); ++d) {
       const int64_t size = f.as_integer(shape[d], Fields::join(at, "shape"), std::to_string(d).c_str(), 0, kMaxNumel);
@@ -153,8 +155,9 @@ Segment read_segment(const Fields& f, const json& row, const std::string& at, co
   if (!row.is_array() || row.size() != 5) f.fail(at, "must be [param, state, begin, end, offset]");
   Segment s;
   s.param = static_cast<size_t>(f.as_integer(row[0], at, "param", 0, static_cast<int64_t>(numels.size()) - 1));
-  const std::vector<std::string> states = file.content == "model" ? std::vector<std::string>{kStateParam}
-                                                                   : std::vector<std::string>{kStateExpAvg, kStateExpAvgSq};
+  const std::vector<std::string> states = file.content == "model"
+                                               ? std::vector<std::string>{kStateParam}
+                                               : std::vector<std::string>{kStateExpAvg, kStateExpAvgSq};
   s.state = f.one_of(row[1], at, "state", states);
   s.begin = f.as_integer(row[2], at, "begin", 0, numels[s.param]);
   s.end = f.as_integer(row[3], at, "end", s.begin, numels[s.param]);
@@ -187,7 +190,9 @@ void read_files(const Fields& f, const json& j, const std::vector<int64_t>& nume
       f.fail(Fields::join(at, "sha256"), "is not a sha256", "64 lowercase hex digits");
     }
     const json& segments = f.array(entry, at, "segments");
-    if (info.content == "extra" && !segments.empty()) f.fail(Fields::join(at, "segments"), "must be empty in an extra file");
+    if (info.content == "extra" && !segments.empty()) {
+      f.fail(Fields::join(at, "segments"), "must be empty in an extra file");
+    }
     for (size_t i = 0; i < segments.size(); ++i) {
       info.segments.push_back(
           read_segment(f, segments[i], Fields::join(at, "segments[" + std::to_string(i) + "]"), info, numels));

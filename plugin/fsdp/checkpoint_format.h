@@ -91,7 +91,8 @@ struct TilingFault {
   int64_t element;  // the first element stored twice or in no range
   bool twice;
 };
-ENGINERY_FSDP_API std::optional<TilingFault> tiling_fault(std::vector<std::pair<int64_t, int64_t>> ranges, int64_t lo, int64_t hi);
+ENGINERY_FSDP_API std::optional<TilingFault> tiling_fault(std::vector<std::pair<int64_t, int64_t>> ranges, int64_t lo,
+                                                          int64_t hi);
 
 }  // namespace ckpt
 }  // namespace fsdp
