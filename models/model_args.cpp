@@ -2,10 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "host_api/error.h"
+#include "support/input_files.h"
 
 namespace enginery {
 namespace models {
@@ -14,6 +16,22 @@ namespace {
 using nlohmann::json;
 
 const char* kAllowedModelTypes = "llama, qwen2, qwen3";
+const char* kAllowedDtypes = "float32, bfloat16, float16";
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;
+
+// Limits far beyond any released model of these families. A value past them is a mistake, and refusing it while
+// parsing keeps it from ever reaching an allocation (docs/ARCHITECTURE.md, "Errors"): no bare std::bad_alloc.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxHidden = int64_t{1} << 18;
+constexpr int64_t kMaxIntermediate = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = int64_t{1} << 12;
+constexpr int64_t kMaxHeads = int64_t{1} << 12;
+constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+constexpr int64_t kMaxPositions = int64_t{1} << 30;
+
+std::string int_range(int64_t lo, int64_t hi) {
+  return "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
 
 struct Reader {
   const json& j;
@@ -21,13 +39,25 @@ struct Reader {
 
   bool has(const char* key) const { return j.contains(key) && !j.at(key).is_null(); }
 
-  int64_t int_field(const char* key) const {
+  // An integer field in [lo, hi]; a float, a string or a value out of range names the key and the range.
+  int64_t int_in(const char* key, int64_t lo, int64_t hi) const {
     if (!has(key)) throw EngineryError(std::string("missing field '") + key + "'", where + ": " + key);
     const json& v = j.at(key);
-    if (!v.is_number_integer()) throw EngineryError(std::string("field '") + key + "' must be an integer", where + ": " + key);
+    if (!v.is_number_integer()) {
+      throw EngineryError(std::string("field '") + key + "' must be an integer", where + ": " + key, int_range(lo, hi));
+    }
+    const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
+    if (huge || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+      const std::string shown =
+          v.is_number_unsigned() ? std::to_string(v.get<uint64_t>()) : std::to_string(v.get<int64_t>());
+      throw EngineryError(std::string("field '") + key + "' is " + shown + ", out of range", where + ": " + key,
+                          int_range(lo, hi));
+    }
     return v.get<int64_t>();
   }
-  int64_t int_field(const char* key, int64_t fallback) const { return has(key) ? int_field(key) : fallback; }
+  int64_t int_in(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
+    return has(key) ? int_in(key, lo, hi) : fallback;
+  }
 
   double num_field(const json& obj, const char* key, const std::string& at) const {
     if (!obj.contains(key) || obj.at(key).is_null()) {
@@ -39,6 +69,17 @@ struct Reader {
     return obj.at(key).get<double>();
   }
   double num_field(const char* key, double fallback) const { return has(key) ? num_field(j, key, "") : fallback; }
+
+  // `value` (field `field`) in [lo, hi], or in (lo, hi] with open_lo; NaN and infinities never pass.
+  void check_range(double value, const std::string& field, double lo, double hi, bool open_lo) const {
+    const bool ok = std::isfinite(value) && (open_lo ? value > lo : value >= lo) && value <= hi;
+    if (ok) return;
+    std::ostringstream shown, allowed;
+    shown << value;
+    allowed << "a finite number in " << (open_lo ? "(" : "[") << lo << ", " << hi << "]";
+    throw EngineryError("field '" + field + "' is " + shown.str() + ", out of range", where + ": " + field,
+                        allowed.str());
+  }
 
   bool bool_field(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
@@ -52,12 +93,34 @@ struct Reader {
   }
 };
 
+constexpr double kHuge = std::numeric_limits<double>::max();
+
+// The scaling fields of a rope type other than "default", each checked: a zero or negative factor, or equal
+// frequency factors (llama3 divides by their difference), would make every position's angle NaN or infinite.
+void read_rope_scaling(const Reader& r, const json& params, const std::string& field, RopeArgs& rope) {
+  const std::string at = field + ".";
+  rope.factor = r.num_field(params, "factor", at);
+  r.check_range(rope.factor, at + "factor", 0.0, kHuge, true);
+  if (rope.type == "linear") return;
+  rope.low_freq_factor = r.num_field(params, "low_freq_factor", at);
+  rope.high_freq_factor = r.num_field(params, "high_freq_factor", at);
+  r.check_range(rope.low_freq_factor, at + "low_freq_factor", 0.0, kHuge, true);
+  r.check_range(rope.high_freq_factor, at + "high_freq_factor", rope.low_freq_factor, kHuge, true);
+  const double original = r.num_field(params, "original_max_position_embeddings", at);
+  r.check_range(original, at + "original_max_position_embeddings", 1.0, static_cast<double>(kMaxPositions), false);
+  if (original != std::floor(original)) {
+    throw EngineryError("field 'original_max_position_embeddings' must be an integer",
+                        r.where + ": " + at + "original_max_position_embeddings");
+  }
+  rope.original_max_position_embeddings = static_cast<int64_t>(original);
+}
+
 // rope_parameters (transformers 5) or rope_scaling (long-standing): {rope_type|type, factor, ...}.
 RopeArgs read_rope(const Reader& r) {
   RopeArgs rope;
   rope.theta = r.num_field("rope_theta", 10000.0);
   const json* params = nullptr;
-  std::string field;
+  std::string field = "rope_theta";
   if (r.has("rope_parameters")) {
     params = &r.j.at("rope_parameters");
     field = "rope_parameters";
@@ -71,30 +134,91 @@ RopeArgs read_rope(const Reader& r) {
     params = &r.j.at("rope_scaling");
     field = "rope_scaling";
   }
-  if (params == nullptr) return rope;
-  if (!params->is_object()) throw EngineryError("field '" + field + "' must be an object", r.where + ": " + field);
-  if (params->contains("rope_theta")) rope.theta = r.num_field(*params, "rope_theta", field + ".");
-  if (params->contains("rope_type")) {
-    rope.type = params->at("rope_type").get<std::string>();
-  } else if (params->contains("type")) {
-    rope.type = params->at("type").get<std::string>();
+  if (params != nullptr) {
+    if (!params->is_object()) throw EngineryError("field '" + field + "' must be an object", r.where + ": " + field);
+    if (params->contains("rope_theta")) rope.theta = r.num_field(*params, "rope_theta", field + ".");
+    const char* type_key = params->contains("rope_type") ? "rope_type" : params->contains("type") ? "type" : nullptr;
+    if (type_key != nullptr) {
+      if (!params->at(type_key).is_string()) {
+        const std::string key = field + "." + type_key;
+        throw EngineryError("field '" + key + "' must be a string", r.where + ": " + key);
+      }
+      rope.type = params->at(type_key).get<std::string>();
+    }
   }
-  const std::string at = field + ".";
+  const bool nested_theta = params != nullptr && params->contains("rope_theta");
+  const std::string theta_field = nested_theta ? field + ".rope_theta" : "rope_theta";
+  r.check_range(rope.theta, theta_field, 0.0, kHuge, true);
   if (rope.type == "default") return rope;
-  if (rope.type == "linear") {
-    rope.factor = r.num_field(*params, "factor", at);
-    return rope;
-  }
-  if (rope.type == "llama3") {
-    rope.factor = r.num_field(*params, "factor", at);
-    rope.low_freq_factor = r.num_field(*params, "low_freq_factor", at);
-    rope.high_freq_factor = r.num_field(*params, "high_freq_factor", at);
-    rope.original_max_position_embeddings =
-        static_cast<int64_t>(r.num_field(*params, "original_max_position_embeddings", at));
+  if (rope.type == "linear" || rope.type == "llama3") {
+    read_rope_scaling(r, *params, field, rope);
     return rope;
   }
   throw EngineryError("unsupported rope type '" + rope.type + "'", r.where + ": " + field + ".rope_type",
                       "default, linear, llama3");
+}
+
+// The sizes, each within its limit and consistent with the others (heads divide, head_dim even).
+void read_sizes(const Reader& r, ModelArgs& a) {
+  a.vocab_size = r.int_in("vocab_size", 1, kMaxVocab);
+  a.hidden_size = r.int_in("hidden_size", 1, kMaxHidden);
+  a.intermediate_size = r.int_in("intermediate_size", 1, kMaxIntermediate);
+  a.num_hidden_layers = r.int_in("num_hidden_layers", 1, kMaxLayers);
+  a.num_attention_heads = r.int_in("num_attention_heads", 1, kMaxHeads);
+  a.num_key_value_heads = r.int_in("num_key_value_heads", a.num_attention_heads, 1, a.num_attention_heads);
+  if (a.num_attention_heads % a.num_key_value_heads != 0) {
+    throw EngineryError("num_attention_heads must be a multiple of num_key_value_heads",
+                        r.where + ": num_key_value_heads",
+                        "a divisor of num_attention_heads (" + std::to_string(a.num_attention_heads) + ")");
+  }
+  // transformers: llama/qwen2 use hidden/heads unless head_dim is given; Qwen3Config defaults head_dim to 128.
+  if (r.has("head_dim")) {
+    a.head_dim = r.int_in("head_dim", 2, kMaxHeadDim);
+  } else if (a.model_type == "qwen3") {
+    a.head_dim = 128;
+  } else if (a.hidden_size % a.num_attention_heads != 0) {
+    throw EngineryError("hidden_size " + std::to_string(a.hidden_size) + " is not a multiple of num_attention_heads " +
+                            std::to_string(a.num_attention_heads) + " and no head_dim is given",
+                        r.where + ": hidden_size", "a multiple of num_attention_heads, or an explicit head_dim");
+  } else {
+    a.head_dim = a.hidden_size / a.num_attention_heads;
+  }
+  if (a.head_dim % 2 != 0) {
+    throw EngineryError("head_dim must be even (RoPE rotates pairs)", r.where + ": head_dim", "an even head_dim");
+  }
+  a.max_position_embeddings = r.int_in("max_position_embeddings", 2048, 1, kMaxPositions);
+}
+
+ModelArgs args_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) throw EngineryError("config must be a JSON object", where);
+  Reader r{j, where};
+  ModelArgs a;
+  if (!r.has("model_type")) throw EngineryError("missing field 'model_type'", where + ": model_type", kAllowedModelTypes);
+  a.model_type = r.str_field("model_type", "");
+  if (a.model_type != "llama" && a.model_type != "qwen2" && a.model_type != "qwen3") {
+    throw EngineryError("unknown model_type '" + a.model_type + "'", where + ": model_type", kAllowedModelTypes);
+  }
+  read_sizes(r, a);
+  a.rms_norm_eps = r.num_field("rms_norm_eps", 1e-6);
+  r.check_range(a.rms_norm_eps, "rms_norm_eps", 0.0, 1.0, false);
+  a.rope = read_rope(r);
+  a.tie_word_embeddings = r.bool_field("tie_word_embeddings", false);
+  a.attention_bias = a.model_type == "qwen2" ? true : r.bool_field("attention_bias", false);
+  a.mlp_bias = a.model_type == "llama" ? r.bool_field("mlp_bias", false) : false;
+  a.qk_norm = a.model_type == "qwen3";
+  // The weights' dtype, also the one save_hf writes: refused here rather than at the first save.
+  const char* dtype_key = r.has("dtype") ? "dtype" : "torch_dtype";
+  a.dtype = r.str_field(dtype_key, "float32");
+  if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16") {
+    throw EngineryError("unsupported " + std::string(dtype_key) + " '" + a.dtype + "'", where + ": " + dtype_key,
+                        kAllowedDtypes);
+  }
+  const std::string act = r.str_field("hidden_act", "silu");
+  if (act != "silu") throw EngineryError("unsupported hidden_act '" + act + "'", where + ": hidden_act", "silu");
+  if (r.bool_field("use_sliding_window", false)) {
+    throw EngineryError("sliding-window attention is not supported", where + ": use_sliding_window", "false");
+  }
+  return a;
 }
 
 }  // namespace
@@ -106,61 +230,27 @@ ModelArgs parse_hf_config(const std::string& json_text, const std::string& where
   } catch (const json::exception& e) {
     throw EngineryError(std::string("not valid JSON: ") + e.what(), where);
   }
-  if (!j.is_object()) throw EngineryError("config must be a JSON object", where);
-  Reader r{j, where};
-  ModelArgs a;
-  if (!r.has("model_type")) throw EngineryError("missing field 'model_type'", where + ": model_type", kAllowedModelTypes);
-  a.model_type = r.str_field("model_type", "");
-  if (a.model_type != "llama" && a.model_type != "qwen2" && a.model_type != "qwen3") {
-    throw EngineryError("unknown model_type '" + a.model_type + "'", where + ": model_type", kAllowedModelTypes);
+  try {
+    ModelArgs a = args_from_json(j, where);
+    a.raw_config_json = json_text;
+    return a;
+  } catch (const json::exception& e) {  // the checks leave none; a last line against a crash
+    throw EngineryError(std::string("malformed config: ") + e.what(), where);
   }
-  a.vocab_size = r.int_field("vocab_size");
-  a.hidden_size = r.int_field("hidden_size");
-  a.intermediate_size = r.int_field("intermediate_size");
-  a.num_hidden_layers = r.int_field("num_hidden_layers");
-  a.num_attention_heads = r.int_field("num_attention_heads");
-  a.num_key_value_heads = r.int_field("num_key_value_heads", a.num_attention_heads);
-  // transformers: llama/qwen2 use hidden/heads unless head_dim is given; Qwen3Config defaults head_dim to 128.
-  const int64_t default_head_dim = a.model_type == "qwen3" ? 128 : a.hidden_size / std::max<int64_t>(1, a.num_attention_heads);
-  a.head_dim = r.int_field("head_dim", default_head_dim);
-  a.max_position_embeddings = r.int_field("max_position_embeddings", 2048);
-  a.rms_norm_eps = r.num_field("rms_norm_eps", 1e-6);
-  a.rope = read_rope(r);
-  a.tie_word_embeddings = r.bool_field("tie_word_embeddings", false);
-  a.attention_bias = a.model_type == "qwen2" ? true : r.bool_field("attention_bias", false);
-  a.mlp_bias = a.model_type == "llama" ? r.bool_field("mlp_bias", false) : false;
-  a.qk_norm = a.model_type == "qwen3";
-  a.dtype = r.str_field("dtype", r.str_field("torch_dtype", "float32"));
-  const std::string act = r.str_field("hidden_act", "silu");
-  if (act != "silu") throw EngineryError("unsupported hidden_act '" + act + "'", where + ": hidden_act", "silu");
-  if (r.bool_field("use_sliding_window", false)) {
-    throw EngineryError("sliding-window attention is not supported", where + ": use_sliding_window", "false");
-  }
-  for (auto [name, value] : {std::pair<const char*, int64_t>{"vocab_size", a.vocab_size},
-                             {"hidden_size", a.hidden_size},
-                             {"intermediate_size", a.intermediate_size},
-                             {"num_hidden_layers", a.num_hidden_layers},
-                             {"num_attention_heads", a.num_attention_heads},
-                             {"num_key_value_heads", a.num_key_value_heads},
-                             {"head_dim", a.head_dim}}) {
-    if (value <= 0) throw EngineryError(std::string("field '") + name + "' must be positive", where + ": " + name);
-  }
-  if (a.num_attention_heads % a.num_key_value_heads != 0) {
-    throw EngineryError("num_attention_heads must be a multiple of num_key_value_heads",
-                        where + ": num_key_value_heads");
-  }
-  if (a.head_dim % 2 != 0) throw EngineryError("head_dim must be even (RoPE rotates pairs)", where + ": head_dim");
-  a.raw_config_json = json_text;
-  return a;
 }
 
 ModelArgs read_hf_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw EngineryError("cannot open the model's config.json", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_hf_config(text.str(), path);
+  return parse_hf_config(input::read_regular(path, kMaxConfigBytes, "cannot open the model's config.json"), path);
+}
+
+double approx_parameter_count(const ModelArgs& a) {
+  const double hidden = static_cast<double>(a.hidden_size), head_dim = static_cast<double>(a.head_dim);
+  const double heads = static_cast<double>(2 * a.num_attention_heads + 2 * a.num_key_value_heads);  // q, o; k, v
+  const double attention = hidden * head_dim * heads;
+  const double mlp = 3.0 * hidden * static_cast<double>(a.intermediate_size);
+  const double embeddings = static_cast<double>(a.vocab_size) * hidden * (a.tie_word_embeddings ? 1.0 : 2.0);
+  return embeddings + static_cast<double>(a.num_hidden_layers) * (attention + mlp);
 }
 
 std::string hf_config_json(const ModelArgs& a) {

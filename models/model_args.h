@@ -38,9 +38,16 @@ struct ModelArgs {
   std::string raw_config_json;
 };
 
-// Reads `dir`/config.json. Unknown model_type, a missing or mistyped field: EngineryError naming the file and field.
+// Reads `dir`/config.json (a regular file only: a FIFO is refused, never waited on). Unknown model_type, a missing
+// or mistyped field, a size past its limit, rope_theta <= 0, rms_norm_eps < 0, NaN or infinity, heads that do not
+// divide, a dtype other than float32 / bfloat16 / float16: EngineryError naming the file, the field and what is
+// allowed, never another exception type.
 ModelArgs read_hf_config(const std::string& dir);
+// The same from config.json's text (any bytes); `where` names the file in errors. The entry point for fuzzing.
 ModelArgs parse_hf_config(const std::string& json_text, const std::string& where);
+
+// The number of parameters a model of `args` has (as a double: it only sizes messages and estimates).
+double approx_parameter_count(const ModelArgs& args);
 
 // config.json text (transformers 5 form) for args that did not come from a file.
 std::string hf_config_json(const ModelArgs& args);

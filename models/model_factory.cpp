@@ -97,7 +97,23 @@ std::shared_ptr<DecoderModel> build_model(const ModelConfig& cfg, const std::str
   }
   const ModelSource source = cfg.source();
   ModelArgs args = source.is_builtin() ? builtin_args(source.name) : read_hf_config(source.name);
-  auto model = std::make_shared<CausalLM>(args, head);
+  const std::string config_where = source.is_builtin() ? "builtin:" + source.name : source.name + "/config.json";
+  std::shared_ptr<CausalLM> model;
+  // Sizes within the parser's limits can still exceed this machine's memory: say so naming the config, instead
+  // of a bare std::bad_alloc or an allocator message without a file.
+  auto out_of_memory = [&](const std::string& detail) {
+    const double gb = approx_parameter_count(args) * 4.0 / 1e9;
+    return EngineryError("not enough memory for the model it describes (about " + std::to_string(gb) +
+                             " GB of float32 parameters)" + detail,
+                         config_where);
+  };
+  try {
+    model = std::make_shared<CausalLM>(args, head);
+  } catch (const std::bad_alloc&) {
+    throw out_of_memory("");
+  } catch (const c10::Error& e) {
+    throw out_of_memory(std::string(": ") + e.what_without_backtrace());
+  }
   if (source.is_builtin()) {
     init_weights(*model, options.seed);
   } else {

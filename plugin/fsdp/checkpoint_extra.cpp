@@ -50,16 +50,24 @@ nlohmann::json capture_rng(const torch::Device& device) {
 }
 
 void restore_rng(const nlohmann::json& states, const torch::Device& device, const std::string& where) {
-  if (states.contains("cpu")) {
-    auto gen = at::globalContext().defaultGenerator(torch::kCPU);
+  if (!states.is_object()) throw EngineryError("RNG states must be a JSON object", where);
+  // A state of the wrong size or kind is refused by the generator itself (c10::Error): name the file instead.
+  auto restore = [&](const char* key, const torch::Device& of) {
+    const auto& hex = states.at(key);
+    if (!hex.is_string()) throw EngineryError(std::string("RNG state '") + key + "' must be a hex string", where);
+    const torch::Tensor bytes = from_hex(hex.get<std::string>(), where);
+    auto gen = at::globalContext().defaultGenerator(of);
     std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(from_hex(states.at("cpu").get<std::string>(), where));
-  }
-  if (device.is_cuda() && states.contains("cuda")) {
-    auto gen = at::globalContext().defaultGenerator(device);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(from_hex(states.at("cuda").get<std::string>(), where));
-  }
+    try {
+      gen.set_state(bytes);
+    } catch (const c10::Error& e) {
+      throw EngineryError(std::string("RNG state '") + key + "' is not one this generator accepts: " +
+                              e.what_without_backtrace(),
+                          where);
+    }
+  };
+  if (states.contains("cpu")) restore("cpu", torch::kCPU);
+  if (device.is_cuda() && states.contains("cuda")) restore("cuda", device);
 }
 
 }  // namespace ckpt

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "host_api/error.h"
+#include "support/input_files.h"
 #include "support/sha256.h"
 
 namespace enginery {
@@ -62,8 +63,7 @@ std::string FileWriter::finish() {
 }
 
 MappedFile::MappedFile(std::string path, uint64_t bytes, const std::string& sha256) : path_(std::move(path)) {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open checkpoint file named in metadata.json", path_, errno);
+  const int fd = input::open_regular(path_, "cannot open checkpoint file named in metadata.json");
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
@@ -103,10 +103,11 @@ MappedFile::~MappedFile() {
 }
 
 torch::Tensor MappedFile::floats(uint64_t offset, int64_t count) const {
-  const uint64_t end = offset + static_cast<uint64_t>(count) * sizeof(float);
-  if (count < 0 || end > size_ || offset % sizeof(float) != 0) {
-    throw EngineryError("metadata.json names bytes [" + std::to_string(offset) + ", " + std::to_string(end) +
-                            ") outside the file's " + std::to_string(size_),
+  // Compared without forming offset + 4 * count, which could wrap around past the bound.
+  if (count < 0 || offset > size_ || static_cast<uint64_t>(count) > (size_ - offset) / sizeof(float) ||
+      offset % sizeof(float) != 0) {
+    throw EngineryError("metadata.json names " + std::to_string(count) + " floats at byte " + std::to_string(offset) +
+                            ", outside the file's " + std::to_string(size_) + " bytes",
                         path_);
   }
   if (count == 0) return torch::empty({0}, torch::kFloat);

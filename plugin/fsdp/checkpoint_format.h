@@ -6,8 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "plugin/fsdp/fsdp_export.h"
 
 namespace enginery {
 namespace fsdp {
@@ -67,11 +71,28 @@ std::string model_file_name(int64_t rank);
 std::string optim_file_name(int64_t rank);
 std::string extra_file_name(int64_t rank);
 
-nlohmann::json to_json(const Metadata& m);
-// Throws EngineryError naming `where` and the field on anything malformed or of another format / version.
-Metadata metadata_from_json(const nlohmann::json& j, const std::string& where);
-// Reads <dir>/metadata.json; a missing file says the directory is not a complete checkpoint.
-Metadata read_metadata(const std::string& dir);
+ENGINERY_FSDP_API nlohmann::json to_json(const Metadata& m);
+// Checks every value before returning it, so that readers may trust the result: integers in range (ranks below
+// world_size, segments inside their parameter and their file, computed without overflow), file names inside the
+// checkpoint directory, known contents / states / dtype, optimizer and scheduler steps >= 0, and every element of
+// every parameter stored exactly once for each state the contents promise. Anything else (also another format or
+// version) throws EngineryError naming `where` and the field, never another exception type.
+ENGINERY_FSDP_API Metadata metadata_from_json(const nlohmann::json& j, const std::string& where);
+// metadata.json's text (any bytes) to checked Metadata, as metadata_from_json; `where` names the file in errors.
+// The entry point for fuzzing the format.
+ENGINERY_FSDP_API Metadata parse_metadata(const std::string& text, const std::string& where);
+// Reads <dir>/metadata.json (a regular file only: never blocks on a FIFO); a missing file says the directory is
+// not a complete checkpoint.
+ENGINERY_FSDP_API Metadata read_metadata(const std::string& dir);
+
+// Where ranges [first, second), each inside [lo, hi], fail to cover [lo, hi) exactly once; empty ranges count for
+// nothing. Coverage is checked by position, not by counting, so two copies of one half never pass for the whole.
+struct TilingFault {
+  int64_t element;  // the first element stored twice or in no range
+  bool twice;
+};
+ENGINERY_FSDP_API std::optional<TilingFault> tiling_fault(std::vector<std::pair<int64_t, int64_t>> ranges, int64_t lo,
+                                                          int64_t hi);
 
 }  // namespace ckpt
 }  // namespace fsdp

@@ -55,35 +55,51 @@ const MappedFile& CheckpointReader::file(size_t index) {
   return *slot;
 }
 
-void CheckpointReader::read_state(const std::string& state, std::vector<torch::Tensor>& per_unit, FsdpModule& fsdp,
-                                  int64_t shard_rank) {
-  torch::NoGradGuard no_grad;
-  for (size_t u = 0; u < per_unit.size(); ++u) {
-    auto& dst = per_unit[u];
-    dst.zero_();  // padding
+void CheckpointReader::visit_pieces(const std::string& state, FsdpModule& fsdp, int64_t shard_rank,
+                                    const PieceFn& piece) {
+  for (size_t u = 0; u < fsdp.units().size(); ++u) {
     for (const ShardRange& r : fsdp.units()[u].layout().owned_ranges(shard_rank)) {
       const size_t param = param_of_plan_[plan_.param_id(u, r.param)];
+      // The stored pieces of r, checked to tile it exactly (by position: two copies of one half are not the
+      // whole) before a byte is used.
+      std::vector<std::pair<int64_t, int64_t>> pieces;
+      std::vector<const Stored*> sources;
       auto it = index_.find({param, state});
-      int64_t covered = 0;
       if (it != index_.end()) {
         for (const Stored& s : it->second) {
           const int64_t a = std::max(r.begin, s.begin), b = std::min(r.end, s.end);
           if (a >= b) continue;
-          auto src = file(s.file).floats(s.offset + static_cast<uint64_t>(a - s.begin) * sizeof(float), b - a);
-          dst.narrow(0, r.shard_offset + (a - r.begin), b - a).copy_(src);
-          covered += b - a;
+          pieces.emplace_back(a, b);
+          sources.push_back(&s);
         }
       }
-      // Replicas of an HSDP writer never overlap, so covered counts each element once.
-      if (covered != r.end - r.begin) {
-        throw EngineryError("the checkpoint covers " + std::to_string(covered) + " of elements [" +
-                                std::to_string(r.begin) + ", " + std::to_string(r.end) + ") of '" +
-                                meta_.params[param].name + "' (" + state + ")",
+      if (const auto fault = tiling_fault(pieces, r.begin, r.end)) {
+        throw EngineryError("element " + std::to_string(fault->element) + " of '" + meta_.params[param].name + "' (" +
+                                state + ") is " + (fault->twice ? "stored twice" : "stored in no file"),
                             (std::filesystem::path(dir_) / kMetadataFile).string(),
-                            "a checkpoint whose files are all listed and present");
+                            "a checkpoint whose files are all listed and present, each element stored once");
+      }
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        piece(u, r, pieces[i].first, pieces[i].second, *sources[i], file(sources[i]->file));
       }
     }
   }
+}
+
+void CheckpointReader::check_state(const std::string& state, FsdpModule& fsdp, int64_t shard_rank) {
+  visit_pieces(state, fsdp, shard_rank,
+               [](size_t, const ShardRange&, int64_t, int64_t, const Stored&, const MappedFile&) {});
+}
+
+void CheckpointReader::read_state(const std::string& state, std::vector<torch::Tensor>& per_unit, FsdpModule& fsdp,
+                                  int64_t shard_rank) {
+  torch::NoGradGuard no_grad;
+  for (auto& dst : per_unit) dst.zero_();  // padding
+  visit_pieces(state, fsdp, shard_rank,
+               [&](size_t u, const ShardRange& r, int64_t a, int64_t b, const Stored& s, const MappedFile& f) {
+                 auto src = f.floats(s.offset + static_cast<uint64_t>(a - s.begin) * sizeof(float), b - a);
+                 per_unit.at(u).narrow(0, r.shard_offset + (a - r.begin), b - a).copy_(src);
+               });
 }
 
 std::string CheckpointReader::read_text(const std::string& name) {

@@ -4,6 +4,7 @@
 // Memory stays bounded by the mappings; nothing is materialised at full size.
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,9 +25,12 @@ class CheckpointReader {
   CheckpointReader(std::string dir, Metadata meta, const CheckpointPlan& plan);
 
   // Fills state `state` of every unit (tensors laid out like the units' shards, on any device) for shard rank
-  // `shard_rank` of `layouts`: padding becomes zero, every owned element must be covered by the checkpoint.
+  // `shard_rank` of `layouts`: padding becomes zero, every owned element must be stored exactly once.
   void read_state(const std::string& state, std::vector<torch::Tensor>& per_unit, FsdpModule& fsdp,
                   int64_t shard_rank);
+  // The checks of read_state (coverage; every file it reads mapped and verified) without copying anything, so that
+  // a load can find every fault before it changes a tensor.
+  void check_state(const std::string& state, FsdpModule& fsdp, int64_t shard_rank);
 
   const Metadata& metadata() const { return meta_; }
   // The verified text of a small file (extra state); throws naming it when it is missing or corrupt.
@@ -39,6 +43,10 @@ class CheckpointReader {
     uint64_t offset;
   };
   const MappedFile& file(size_t index);
+  // Calls `piece(unit, range, a, b, stored, file)` for each stored piece [a, b) of each range shard rank `shard_rank`
+  // owns, once the pieces of the range are checked to tile it exactly and their files are mapped.
+  using PieceFn = std::function<void(size_t, const ShardRange&, int64_t, int64_t, const Stored&, const MappedFile&)>;
+  void visit_pieces(const std::string& state, FsdpModule& fsdp, int64_t shard_rank, const PieceFn& piece);
 
   std::string dir_;
   Metadata meta_;

@@ -336,17 +336,36 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
       return wanted;
     };
     const int64_t shard_rank = groups_.shard->rank();
-    if (require(contents.model, "model")) {
+    // Every fault this rank can find (coverage, missing or corrupt files, the RNG file's JSON) before any tensor
+    // changes: a failed load leaves the engine as it was.
+    if (require(contents.model, "model")) reader.check_state(ckpt::kStateParam, *fsdp_, shard_rank);
+    if (require(contents.optimizer, "optimizer")) {
+      reader.check_state(ckpt::kStateExpAvg, *fsdp_, shard_rank);
+      reader.check_state(ckpt::kStateExpAvgSq, *fsdp_, shard_rank);
+    }
+    // Same world size: each rank its own generator; otherwise rank r takes saved rank r mod the old size (a
+    // resharded run continues from valid states but cannot reproduce the unsharded sequence anyway).
+    const std::string rng_name = ckpt::extra_file_name(world.rank() % meta.world_size);
+    const std::string rng_path = (fs::path(path) / rng_name).string();
+    nlohmann::json rng;
+    if (require(contents.extra, "extra")) {
+      try {
+        rng = nlohmann::json::parse(reader.read_text(rng_name));
+      } catch (const nlohmann::json::exception& e) {
+        throw EngineryError(std::string("RNG state is not valid JSON: ") + e.what(), rng_path);
+      }
+    }
+    if (contents.model) {
       std::vector<torch::Tensor> shards;
       for (auto& u : fsdp_->units()) shards.push_back(u.shard());
       reader.read_state(ckpt::kStateParam, shards, *fsdp_, shard_rank);
     }
-    if (require(contents.optimizer, "optimizer")) {
+    if (contents.optimizer) {
       reader.read_state(ckpt::kStateExpAvg, optimizer_->exp_avg(), *fsdp_, shard_rank);
       reader.read_state(ckpt::kStateExpAvgSq, optimizer_->exp_avg_sq(), *fsdp_, shard_rank);
       optimizer_->set_step_count(meta.state.at("optimizer").at("step").get<int64_t>());
     }
-    if (require(contents.extra, "extra")) {
+    if (contents.extra) {
       if (lr_scheduler_) lr_scheduler_->set_current_step(meta.state.at("lr_scheduler").at("step").get<int64_t>());
       ShardedGradScaler* scaler = sharded_grad_scaler();
       if (scaler && meta.state.contains("grad_scaler")) {
@@ -354,10 +373,7 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
         scaler->scale_state().fill_(s.at("scale").get<double>());
         scaler->growth_tracker_state().fill_(s.at("growth_tracker").get<int64_t>());
       }
-      // Same world size: each rank its own generator; otherwise rank r takes saved rank r mod the old size (a
-      // resharded run continues from valid states but cannot reproduce the unsharded sequence anyway).
-      const std::string name = ckpt::extra_file_name(world.rank() % meta.world_size);
-      ckpt::restore_rng(nlohmann::json::parse(reader.read_text(name)), device_, (fs::path(path) / name).string());
+      ckpt::restore_rng(rng, device_, rng_path);
     }
   } catch (const std::exception& e) {
     error = e.what();

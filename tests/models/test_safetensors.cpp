@@ -1,8 +1,15 @@
 // safetensors I/O: load -> save -> load is bit-identical for single-file and sharded checkpoints, through the raw
 // reader/writer and through build_model / save_hf; the HF-written sharded fixture is read through its index.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <future>
+#include <random>
 
 #include "host_api/error.h"
 #include "models/model_factory.h"
@@ -127,6 +134,164 @@ TEST(Safetensors, CorruptFilesAreNamed) {
   }
   testing::TempDir empty;
   EXPECT_THROW(read_safetensors_dir(empty.str()), EngineryError);
+}
+
+// A safetensors file: the 8-byte little-endian header length, `header`, then `data_bytes` zero bytes.
+std::string safetensors_bytes(const std::string& header, size_t data_bytes, uint64_t header_len) {
+  std::string out(8, '\0');
+  std::memcpy(&out[0], &header_len, 8);
+  return out + header + std::string(data_bytes, '\0');
+}
+std::string safetensors_bytes(const std::string& header, size_t data_bytes) {
+  return safetensors_bytes(header, data_bytes, header.size());
+}
+
+// The EngineryError message of reading `bytes` as <tmp>/model.safetensors, "" when it is accepted; any other
+// exception type fails the test.
+std::string read_error(const testing::TempDir& tmp, const std::string& bytes) {
+  testing::write_text(tmp.sub("model.safetensors"), bytes);
+  try {
+    read_safetensors_dir(tmp.str());
+  } catch (const EngineryError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not an EngineryError: " << e.what();
+  }
+  return "";
+}
+
+// Each structural error of a header is an EngineryError naming the file, the tensor and what is wrong.
+TEST(SafetensorsHostile, StructuralErrorsNameFileAndTensor) {
+  testing::TempDir tmp;
+  const std::string file = tmp.sub("model.safetensors");
+  struct Case {
+    std::string header;
+    size_t data_bytes;
+    std::string expected;  // besides the file name
+  };
+  const std::vector<Case> cases = {
+      {R"([1, 2])", 0, "header must be a JSON object, not array"},
+      {R"({"w": {"dtype": "F32", "shape": [-2, 2], "data_offsets": [0, 16]}})", 16, ": w: dimension 0 of 'shape' is -2"},
+      {R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 16]}})", 16,
+       ": w: 'shape' has more elements"},
+      {R"({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 1000]}})", 16, ": w: data_offsets [0, 1000]"},
+      {R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", 16, ": w: data_offsets [8, 4]"},
+      {R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}})", 16, ": w: data_offsets span 16 bytes"},
+      {R"({"w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})", 16, ": w: unsupported tensor dtype 'F64'"},
+      {R"({"w": {"dtype": 3, "shape": [2], "data_offsets": [0, 8]}})", 8, ": w: field 'dtype' must be a string"},
+      {R"({"w": {"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}})", 8, ": w: field 'shape' must be an array"},
+      {R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]}})", 8, ": w: field 'data_offsets' must be"},
+      {R"({"w": [1]})", 8, ": w: tensor entry must be a JSON object"},
+      {R"({"__metadata__": [1]})", 0, "__metadata__ must be a JSON object"},
+      {R"({"w": {"dtype": "F32", "shape": [2]}})", 8, ": w: missing field 'data_offsets'"},
+  };
+  for (const auto& c : cases) {
+    const std::string err = read_error(tmp, safetensors_bytes(c.header, c.data_bytes));
+    EXPECT_NE(err.find(file), std::string::npos) << c.header << ": " << err;
+    EXPECT_NE(err.find(c.expected), std::string::npos) << c.header << ": " << err;
+  }
+}
+
+// Overlapping data_offsets would alias one tensor to another.
+TEST(SafetensorsHostile, OverlappingOffsetsAreRefused) {
+  testing::TempDir tmp;
+  const std::string err = read_error(tmp, safetensors_bytes(R"({
+      "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+      "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})", 24));
+  EXPECT_NE(err.find(tmp.sub("model.safetensors") + ": b: data_offsets [8, 24) overlap those of 'a' [0, 16)"),
+            std::string::npos)
+      << err;
+  // Empty tensors share offsets harmlessly; adjacent tensors do not overlap.
+  EXPECT_EQ(read_error(tmp, safetensors_bytes(R"({
+      "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+      "e": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]},
+      "b": {"dtype": "BF16", "shape": [4], "data_offsets": [16, 24]}})", 24)),
+            "");
+}
+
+TEST(SafetensorsHostile, AbsurdHeaderLengthIsRefused) {
+  testing::TempDir tmp;
+  const std::string header = R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  for (uint64_t len : {uint64_t{1} << 63, ~uint64_t{0}, uint64_t{header.size() + 5}}) {
+    const std::string err = read_error(tmp, safetensors_bytes(header, 4, len));
+    EXPECT_NE(err.find(tmp.sub("model.safetensors") + ": header length " + std::to_string(len)), std::string::npos)
+        << err;
+  }
+}
+
+// Seeded mutations of a valid file's bytes, through the public header parser: accepted or an EngineryError naming
+// the file, never another exception type or a crash.
+TEST(SafetensorsHostile, MutatedHeadersAreEngineryErrorsOrAccepted) {
+  const std::string good = safetensors_bytes(R"({"__metadata__": {"format": "pt"},
+      "a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+      "b": {"dtype": "F16", "shape": [3], "data_offsets": [16, 22]}})", 24);
+  EXPECT_EQ(parse_safetensors_header(good.data(), good.size(), "m.safetensors").entries.size(), 2u);
+  std::mt19937 gen(21);
+  for (int i = 0; i < 5000; ++i) {
+    std::string bytes = good;
+    const int flips = 1 + static_cast<int>(gen() % 4);
+    for (int k = 0; k < flips; ++k) bytes[8 + gen() % (bytes.size() - 8)] = "0123456789-[]{},:\"e.x"[gen() % 22];
+    if (i % 5 == 0) bytes[gen() % 8] = static_cast<char>(gen() % 256);
+    if (i % 7 == 0) bytes.resize(gen() % bytes.size());
+    try {
+      parse_safetensors_header(bytes.data(), bytes.size(), "m.safetensors");
+    } catch (const EngineryError& e) {
+      EXPECT_NE(std::string(e.what()).find("m.safetensors"), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not an EngineryError: " << e.what();
+    }
+  }
+}
+
+// A FIFO where a shard should be is refused at once, naming it, instead of blocking open().
+TEST(SafetensorsHostile, FifoIsRefusedWithoutBlocking) {
+  testing::TempDir tmp;
+  const std::string path = tmp.sub("model.safetensors");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto result = std::async(std::launch::async, [&] {
+    try {
+      read_safetensors_dir(tmp.str());
+    } catch (const EngineryError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  });
+  if (result.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // releases a reader blocked in open()
+    if (fd >= 0) ::close(fd);
+    result.wait();
+    FAIL() << "read_safetensors_dir blocked on the FIFO " << path;
+  }
+  const std::string err = result.get();
+  EXPECT_NE(err.find(path + ": cannot open safetensors file: it is a FIFO, not a regular file"), std::string::npos)
+      << err;
+}
+
+// Shard names in model.safetensors.index.json stay inside the model directory: refused by the check, even where
+// the file they name exists and is valid.
+TEST(SafetensorsHostile, IndexNamesMustStayInsideTheDirectory) {
+  testing::TempDir tmp;
+  write_safetensors(tmp.sub("outside.safetensors"), {{"w", torch::ones({2})}});
+  const std::string model = tmp.sub("model");
+  std::filesystem::create_directories(model);
+  const std::string index = model + "/model.safetensors.index.json";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\"../outside.safetensors\"", "leaves its directory"},
+      {"\"" + tmp.sub("outside.safetensors") + "\"", "is absolute"},
+      {"\"\"", "is empty"},
+      {"\"a\\u0000b\"", "NUL"},
+      {"7", "must be a file name"}};
+  for (const auto& [shard, why] : cases) {
+    testing::write_text(index, "{\"weight_map\": {\"w\": " + shard + "}}");
+    std::string err;
+    try {
+      read_safetensors_dir(model);
+    } catch (const EngineryError& e) {
+      err = e.what();
+    }
+    EXPECT_NE(err.find(index + ": weight_map.w"), std::string::npos) << shard << ": " << err;
+    EXPECT_NE(err.find(why), std::string::npos) << shard << ": " << err;
+  }
 }
 
 }  // namespace
