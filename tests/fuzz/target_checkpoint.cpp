@@ -29,9 +29,11 @@ ckpt::Metadata two_rank_metadata() {
     ckpt::FileInfo model{ckpt::model_file_name(rank), "model", rank, 24, std::string(64, '0'), {}};
     model.segments = {{0, ckpt::kStateParam, rank * 4, rank * 4 + 4, 0},
                       {1, ckpt::kStateParam, rank * 2, rank * 2 + 2, 16}};
-    ckpt::FileInfo optim{ckpt::optim_file_name(rank), "optimizer", rank, 32, std::string(64, 'f'), {}};
+    ckpt::FileInfo optim{ckpt::optim_file_name(rank), "optimizer", rank, 48, std::string(64, 'f'), {}};
     optim.segments = {{0, ckpt::kStateExpAvg, rank * 4, rank * 4 + 4, 0},
-                      {0, ckpt::kStateExpAvgSq, rank * 4, rank * 4 + 4, 16}};
+                      {0, ckpt::kStateExpAvgSq, rank * 4, rank * 4 + 4, 16},
+                      {1, ckpt::kStateExpAvg, rank * 2, rank * 2 + 2, 32},
+                      {1, ckpt::kStateExpAvgSq, rank * 2, rank * 2 + 2, 40}};
     m.files.push_back(model);
     m.files.push_back(optim);
     m.files.push_back({ckpt::extra_file_name(rank), "extra", rank, 2, std::string(64, 'a'), {}});

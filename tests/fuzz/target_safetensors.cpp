@@ -18,7 +18,9 @@ std::unique_ptr<models::SafetensorsFile> open_safetensors(const std::string& byt
   return std::make_unique<models::SafetensorsFile>(path.string());
 }
 
-std::string with_length_prefix(const std::string& header, size_t data_bytes) {
+// A file as write_safetensors lays it out: the header padded with spaces so the data starts 8-byte aligned.
+std::string with_length_prefix(std::string header, size_t data_bytes) {
+  while (header.size() % 8 != 0) header.push_back(' ');
   const uint64_t length = header.size();
   std::string out(8, '\0');
   std::memcpy(&out[0], &length, 8);  // little-endian hosts only, as the reader
@@ -26,12 +28,14 @@ std::string with_length_prefix(const std::string& header, size_t data_bytes) {
 }
 
 // Mutations of the header change its length; most inputs get the prefix fixed again, the header taken to end at
-// its last '}', so they reach the JSON checks instead of stopping at the length check.
+// its last '}' and the spaces after it, so they reach the JSON checks instead of stopping at the length check.
 void fix_length_prefix(std::string& input, Mutator& mutator) {
   if (input.size() < 8 || mutator.below(4) == 0) return;
   const size_t close = input.rfind('}');
   if (close == std::string::npos || close < 8) return;
-  const uint64_t length = close + 1 - 8;
+  size_t end = close + 1;
+  while (end < input.size() && input[end] == ' ') ++end;
+  const uint64_t length = end - 8;
   std::memcpy(&input[0], &length, 8);
 }
 
@@ -63,7 +67,7 @@ Target safetensors_target() {
         with_length_prefix(R"({"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[3],"data_offsets":[0,6]},)"
                            R"("b":{"dtype":"F16","shape":[1,2],"data_offsets":[6,10]}})", 10),
         with_length_prefix(R"({"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},)"
-                           R"("e":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]}}   )", 4),
+                           R"("e":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]}})", 4),
         with_length_prefix(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)};
   };
   t.dictionary = {"\"dtype\":", "\"shape\":", "\"data_offsets\":", "\"__metadata__\":", "\"F32\"", "\"BF16\"",
