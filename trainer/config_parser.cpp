@@ -319,12 +319,15 @@ void apply_override(toml::table& root, const std::string& text, std::map<std::st
   }
   // The value in TOML syntax (numbers, booleans, quoted strings, arrays); anything else is a bare string, so
   // `--set data.train_files=train.jsonl` needs no quotes.
+  // Text that TOML++ would crash on (support/toml_guard.h) is not TOML here either: a plain string too.
   const std::string document = "v = " + value_text;
-  check_toml_text(document, flag);
   toml::table parsed;
   try {
+    check_toml_text(document, flag);
     parsed = toml::parse(document, flag);
   } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", value_text}};
+  } catch (const EngineryError&) {
     parsed = toml::table{{"v", value_text}};
   }
   table->insert_or_assign(parts.back(), *parsed.get("v"));
