@@ -14,6 +14,7 @@
 
 #include "host_api/error.h"
 #include "host_api/version.h"
+#include "support/toml_guard.h"
 
 namespace enginery {
 namespace {
@@ -227,6 +228,7 @@ std::string read_manifest_file(const std::filesystem::path& file) {
 }  // namespace
 
 PluginManifest parse_manifest_text(std::string_view text, const std::filesystem::path& file) {
+  check_toml_text(text, file.string());
   toml::table root;
   try {
     root = toml::parse(text, file.string());

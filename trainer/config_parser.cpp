@@ -11,6 +11,7 @@
 #include "host_api/error.h"
 #include "host_api/precision.h"
 #include "models/model_args.h"
+#include "support/toml_guard.h"
 #include "trainer/config_schema.h"
 
 namespace enginery {
@@ -128,6 +129,7 @@ class TomlReader : public ConfigVisitor {
   void backend_table(const std::string& parent, const std::string& backend,
                      std::map<std::string, std::string>& options) override {
     const std::string key = parent + "." + backend;
+    check_backend_name(parent, backend, key);
     known_tables_.insert(key);
     const toml::node* n = lookup(key);
     if (n == nullptr) return;
@@ -135,6 +137,11 @@ class TomlReader : public ConfigVisitor {
     for (const auto& [name, item] : *n->as_table()) {
       const std::string item_key = key + "." + std::string(name.str());
       known_.insert(item_key);
+      // The printer writes options back as dotted keys: a '.' in the name would come back as a sub-table.
+      if (name.str().empty() || name.str().find('.') != std::string_view::npos) {
+        throw EngineryError("backend option name '" + std::string(name.str()) + "' is empty or has a '.'",
+                            where_key(item_key, name, item), "plain names such as ulysses_parallel_size");
+      }
       if (item.is_table() || item.is_array()) wrong_type(item_key, item, "a string, number or boolean");
       std::ostringstream text;
       if (item.is_string()) {
@@ -185,6 +192,17 @@ class TomlReader : public ConfigVisitor {
   std::string where_key(const std::string& key, const toml::key& name, const toml::node& node) const {
     if (flags_.count(key) || name.source().begin.line == 0) return where(key, node);
     return file_ + ":" + std::to_string(name.source().begin.line) + ":" + std::to_string(name.source().begin.column);
+  }
+
+  // The backend's options live in [<parent>.<backend>]; an empty name would read [<parent>] itself, and the name
+  // of one of the schema's own tables ([engine.grad_scaler]) would read its keys twice, as options too.
+  void check_backend_name(const std::string& parent, const std::string& backend, const std::string& key) const {
+    if (backend.empty() || known_.count(key) || is_known_table(key)) {
+      const std::string strategy_key = parent + ".strategy";
+      const toml::node* n = lookup(strategy_key);
+      throw EngineryError(strategy_key + ": '" + backend + "' is not a backend name",
+                          n != nullptr ? where(strategy_key, *n) : file_, "the backend of an installed plugin");
+    }
   }
 
   [[noreturn]] void wrong_type(const std::string& key, const toml::node& node, const std::string& expected) const {
@@ -282,6 +300,11 @@ void apply_override(toml::table& root, const std::string& text, std::map<std::st
   for (const auto& part : parts) {
     if (part.empty()) throw EngineryError("empty key component in '" + key + "'", flag);
   }
+  // Each part becomes a nested table; see support/toml_guard.h for what depth does to TOML++.
+  if (parts.size() > kMaxTomlDotsPerLine) {
+    throw EngineryError("key has " + std::to_string(parts.size()) + " parts", flag,
+                        "at most " + std::to_string(kMaxTomlDotsPerLine));
+  }
   toml::table* table = &root;
   std::string walked;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -296,10 +319,15 @@ void apply_override(toml::table& root, const std::string& text, std::map<std::st
   }
   // The value in TOML syntax (numbers, booleans, quoted strings, arrays); anything else is a bare string, so
   // `--set data.train_files=train.jsonl` needs no quotes.
+  // Text that TOML++ would crash on (support/toml_guard.h) is not TOML here either: a plain string too.
+  const std::string document = "v = " + value_text;
   toml::table parsed;
   try {
-    parsed = toml::parse("v = " + value_text, flag);
+    check_toml_text(document, flag);
+    parsed = toml::parse(document, flag);
   } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", value_text}};
+  } catch (const EngineryError&) {
     parsed = toml::table{{"v", value_text}};
   }
   table->insert_or_assign(parts.back(), *parsed.get("v"));
@@ -401,11 +429,13 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   }
   std::ifstream in(path);
   if (!in) throw EngineryError("cannot open config file", path);
-  std::stringstream text;
-  text << in.rdbuf();
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  check_toml_text(text, path);
   toml::table root;
   try {
-    root = toml::parse(text.str(), path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     const auto& begin = e.source().begin;
     throw EngineryError(std::string(e.description()),

@@ -1,0 +1,91 @@
+// Targets of the run config (trainer/config_parser.cpp): the TOML file itself, and --set overrides applied to
+// examples/demo.toml. A config that loads must also survive the printer: to_toml's output is what a run saves as
+// its config.toml, and it must load again (trainer/train_config.h).
+#include <sstream>
+
+#include "host_api/error.h"
+#include "tests/fuzz/targets.h"
+#include "trainer/train_config.h"
+
+namespace enginery {
+namespace fuzz {
+namespace {
+
+// The entry point under test: load_train_config reads a path, so the input goes through a file.
+TrainConfig load_config_text(const std::string& text, const std::vector<std::string>& overrides) {
+  const std::filesystem::path path = scratch_dir() / "config.toml";
+  write_file(path, text);
+  return load_train_config(path.string(), overrides);
+}
+
+void check_round_trip(const TrainConfig& config) {
+  const std::string printed = to_toml(config);
+  const std::filesystem::path path = scratch_dir() / "printed.toml";
+  write_file(path, printed);
+  try {
+    load_train_config(path.string());
+  } catch (const EngineryError& e) {
+    throw Finding(std::string("to_toml wrote a config that does not load again: ") + e.what());
+  }
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+const std::vector<std::string>& config_keys() {
+  static const std::vector<std::string> keys = {
+      "[trainer]\n", "[model]\n", "[engine]\n", "[engine.mixed_precision]\n", "[engine.grad_scaler]\n",
+      "[engine.fsdp]\n", "[optim]\n", "[data]\n", "[loss]\n", "[checkpoint]\n", "[plugins]\n", "strategy",
+      "engine.", "trainer.", "optim.betas", "plugins.dirs", "param_dtype", "total_training_steps", "fsdp_size",
+      "save_contents", "clip_ratio_low", "\"a.b\"", "model.path"};
+  return keys;
+}
+
+}  // namespace
+
+namespace config {
+void fuzz_one(const std::string& input) { check_round_trip(load_config_text(input, {})); }
+}  // namespace config
+
+namespace config_overrides {
+// One --set flag per line of the input, on top of the demo config.
+void fuzz_one(const std::string& input) {
+  static const std::string demo = read_file(source_dir() / "examples/demo.toml");
+  check_round_trip(load_config_text(demo, lines(input)));
+}
+}  // namespace config_overrides
+
+Target config_target() {
+  Target t;
+  t.name = "config";
+  t.syntax = Syntax::kToml;
+  t.fuzz_one = config::fuzz_one;
+  t.seeds = [] { return std::vector<std::string>{read_file(source_dir() / "examples/demo.toml")}; };
+  t.dictionary = config_keys();
+  return t;
+}
+
+Target config_overrides_target() {
+  Target t;
+  t.name = "config_overrides";
+  t.syntax = Syntax::kToml;
+  t.fuzz_one = config_overrides::fuzz_one;
+  t.seeds = [] {
+    return std::vector<std::string>{
+        "trainer.total_training_steps=100",
+        "optim.betas=[0.9, 0.95]\ndata.train_files=train.jsonl",
+        "engine.mixed_precision.param_dtype=\"bf16\"\nengine.model_dtype=32",
+        "engine.strategy=fsdp2\nengine.fsdp2.option=1\nloss.clip_ratio_low=0.1",
+        "plugins.dirs=[\"/opt/plugins\", \"plugins\"]\ncheckpoint.save_contents=[\"model\"]",
+        "trainer.experiment_name=run 1\nengine.grad_scaler.enabled=always"};
+  };
+  t.dictionary = config_keys();
+  return t;
+}
+
+}  // namespace fuzz
+}  // namespace enginery
