@@ -126,7 +126,7 @@ class BaseEngine {
   // and returns once the copies are done (one synchronisation). A step while a part it needs is away is refused.
   // Engines that do not derive from OffloadableEngine refuse it with EngineryError naming the engine. Not
   // collective. verl drives it from its train/eval contexts when param/optimizer offload is on; here the caller
-  // calls it (docs/ARCHITECTURE.md, "The contract").
+  // calls it on every rank alike (docs/ARCHITECTURE.md, "The contract").
   void to(const torch::Device& device, bool model = true, bool optimizer = true, bool grad = true);
   // Where the engine computes (its tensors, and the device of the group's collectives).
   virtual torch::Device device() const = 0;

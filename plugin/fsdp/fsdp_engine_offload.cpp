@@ -46,6 +46,8 @@ void move_in_place(const std::vector<torch::Tensor*>& tensors, const torch::Devi
 
 }  // namespace
 
+// Not collective, but every rank must agree on what is away: a step refused on one rank only would leave the others
+// waiting in the host loop's token-count all-reduce.
 void FSDPEngine::move_state(const torch::Device& device, bool model, bool optimizer, bool grad) {
   if (!fsdp_ || !optimizer_) {
     throw EngineryError("to() before initialize() (or on an engine without FSDP units)", where_of(args_));
@@ -89,8 +91,7 @@ void FSDPEngine::require_resident(const std::string& what, bool model, bool opti
   if (parts.empty()) return;
   throw EngineryError(what + ": the engine is offloaded to cpu (" + parts + "); call to(" + device_.str() +
                           ") first",
-                      "fsdp engine (" + args_.engine.strategy + "), rank " + std::to_string(args_.rank),
-                      "to(" + device_.str() + ") before computing");
+                      "fsdp engine (" + args_.engine.strategy + "), rank " + std::to_string(args_.rank));
 }
 
 }  // namespace fsdp
