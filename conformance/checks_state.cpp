@@ -1,6 +1,6 @@
 // State checks: save -> load restores parameters, optimizer, scheduler and scaler state exactly (the next step is
-// bit-identical, in the same engine and in a fresh one), and get_per_tensor_param yields Hugging Face names,
-// shapes and the values of the checkpoint the engine loaded.
+// bit-identical, in the same engine and in a fresh one), to(cpu) -> to(device) leaves the engine as it was, and
+// get_per_tensor_param yields Hugging Face names, shapes and the values of the checkpoint the engine loaded.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -11,6 +11,7 @@
 #include "conformance/engine_setup.h"
 #include "conformance/hf_fixture.h"
 #include "conformance/target.h"
+#include "host_api/error.h"
 
 namespace enginery {
 namespace conformance {
@@ -88,6 +89,32 @@ void check_checkpoint(const Target& target) {
   expect_same_step(step(*fresh, next_batch, loss), next, "the step after loading into a fresh engine");
 }
 
+// Two engines of one spec take the same first step; one then sends its whole state to the CPU and back (on a GPU
+// target, a step in between must be refused). Their next steps must be bitwise equal.
+void check_offload(const Target& target) {
+  EngineSpec spec;
+  auto moved = make_engine(target, spec);
+  auto stayed = make_engine(target, spec);
+  const Batch batch = make_batch(target);
+  const Batch next_batch = make_batch(target, 4, 16, 777);
+  const LossFn loss = token_mean_loss(target);
+  expect_same_step(step(*moved, batch, loss), step(*stayed, batch, loss), "the first step of two equal engines");
+
+  const torch::Device home(target.key.device);
+  moved->to(torch::kCPU);
+  if (!home.is_cpu()) {
+    EXPECT_THROW(moved->train_batch(next_batch, loss), EngineryError) << "a step while offloaded to cpu ran";
+  }
+  moved->to(home);
+  expect_same_step(step(*moved, next_batch, loss), step(*stayed, next_batch, loss), "the step after to(cpu) -> to(" +
+                                                                                        home.str() + ")");
+  // Parts one at a time, in another order, and a second round trip.
+  moved->to(torch::kCPU, /*model=*/false, /*optimizer=*/true, /*grad=*/false);
+  moved->to(torch::kCPU, /*model=*/true, /*optimizer=*/false, /*grad=*/true);
+  moved->to(home);
+  expect_same_step(step(*moved, batch, loss), step(*stayed, batch, loss), "the step after a part-by-part round trip");
+}
+
 void check_hf_names(const Target& target) {
   const HfFixture fixture = write_qwen2_fixture(fresh_scratch_path("hf-qwen2"));
   Target from_file = target;
@@ -136,6 +163,9 @@ void add_state_checks(std::vector<Check>& checks) {
   checks.push_back({"checkpoint_roundtrip",
                     "save -> load restores params, optimizer, scheduler and scaler state; the next step is identical",
                     requires_precisions({"fp32"}, {"checkpoint-same-world"}), check_checkpoint});
+  checks.push_back({"offload_roundtrip",
+                    "to(cpu) -> to(device) leaves the engine exactly as it was: the next steps are identical",
+                    requires_precisions({"fp32"}, {"offload"}), check_offload});
   checks.push_back({"hf_parameter_names", "get_per_tensor_param yields the HF names, shapes and loaded values",
                     requires_precisions({"fp32"}), check_hf_names});
 }

@@ -128,6 +128,19 @@ BaseEngine::BaseEngine() : precision_(), scaler_(nullptr) {}
 
 BaseEngine::~BaseEngine() = default;
 
+OffloadableEngine::~OffloadableEngine() = default;
+
+void BaseEngine::to(const torch::Device& device, bool model, bool optimizer, bool grad) {
+  if (auto* offloadable = dynamic_cast<OffloadableEngine*>(this)) {
+    offloadable->move_state(device, model, optimizer, grad);
+    return;
+  }
+  const EngineArgs& a = args();
+  throw EngineryError("engine " + a.engine.strategy + " (" + a.model_type + ", " + a.device +
+                          ") does not implement to(" + device.str() + "): it does not offload its state",
+                      "BaseEngine::to", "engines whose plugin declares the capability 'offload'");
+}
+
 void BaseEngine::set_precision(const Precision& precision, std::unique_ptr<GradScaler> scaler, ScalerMode configured) {
   if (precision.param_dtype == c10::kHalf && !scaler && configured != ScalerMode::kNever) {
     throw EngineryError("fp16 compute needs a grad scaler; an engine may run fp16 unscaled only when the user set "

@@ -56,6 +56,16 @@ struct Precision {
   c10::ScalarType buffer_dtype = c10::kFloat;
 };
 
+// What an engine implements to honour BaseEngine::to (docs/ARCHITECTURE.md, "The contract"). A separate interface,
+// not a new virtual of BaseEngine, so BaseEngine's vtable and layout stay those of 2.0: a 2.0 plugin's engine
+// lacks this base, and BaseEngine::to refuses it by name instead of calling through a slot it never had.
+class OffloadableEngine {
+ public:
+  virtual ~OffloadableEngine();  // key function: defined out of line in libenginery_host_api (one type identity)
+  // Moves the parts named to `device` (the engine's own device or the CPU) and returns once they are there.
+  virtual void move_state(const torch::Device& device, bool model, bool optimizer, bool grad) = 0;
+};
+
 class BaseEngine {
  public:
   // Sets the precision defaults first of all (autocast bf16, no scaler), so a subclass that never builds through
@@ -110,6 +120,14 @@ class BaseEngine {
   virtual int64_t get_data_parallel_size() const = 0;
   virtual CommGroupPtr get_data_parallel_group() const = 0;
   virtual bool is_mp_src_rank_with_outputs() const { return true; }
+
+  // verl's offload: moves the sharded master parameters (`model`), the optimizer state (`optimizer`) and the shard
+  // gradients (`grad`) to `device` (the CPU, or back to the engine's own device()), frees what they held there,
+  // and returns once the copies are done (one synchronisation). A step while a part it needs is away is refused.
+  // Engines that do not derive from OffloadableEngine refuse it with EngineryError naming the engine. Not
+  // collective. verl drives it from its train/eval contexts when param/optimizer offload is on; here the caller
+  // calls it on every rank alike (docs/ARCHITECTURE.md, "The contract").
+  void to(const torch::Device& device, bool model = true, bool optimizer = true, bool grad = true);
   // Where the engine computes (its tensors, and the device of the group's collectives).
   virtual torch::Device device() const = 0;
   // What the engine was built from.

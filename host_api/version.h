@@ -9,8 +9,10 @@ namespace enginery {
 // that is not newer than its own.
 // 2.0: typed configuration, a ConfigSupport registered with each factory, the host-owned micro-batch loop (engines
 // implement forward_step only), precision and scaler private to BaseEngine. A 1.x plugin is refused.
+// 2.1: BaseEngine::to (offload) and the OffloadableEngine interface that implements it; BaseEngine's vtable and
+// layout are unchanged, so a 2.0 plugin still loads and its engines refuse to() by name.
 constexpr int kApiVersionMajor = 2;
-constexpr int kApiVersionMinor = 0;
+constexpr int kApiVersionMinor = 1;
 
 // Version of the plugin.toml schema this host reads.
 constexpr int kManifestVersion = 1;

@@ -111,6 +111,27 @@ inline void device_synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
+// torch.cuda.empty_cache(): hands the caching allocator's unused blocks back to the driver, so memory freed by an
+// offload is usable by another process (the rollout engine). emptyCache() takes no argument in 1.13 and a defaulted
+// memory-pool id in recent 2.x; the call is the same. A no-op in CPU builds.
+inline void cuda_empty_cache() {
+#ifdef ENGINERY_WITH_CUDA
+  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
+// Bytes held by tensors on CUDA device `index` now (torch.cuda.memory_allocated); 0 in CPU builds.
+inline int64_t cuda_allocated_bytes(int64_t index) {
+#ifdef ENGINERY_WITH_CUDA
+  if (!torch::cuda::is_available()) return 0;
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  return stats.allocated_bytes[0].current;
+#else
+  (void)index;
+  return 0;
+#endif
+}
+
 inline void cuda_reset_peak_memory() {
 #ifdef ENGINERY_WITH_CUDA
   if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());

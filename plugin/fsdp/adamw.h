@@ -37,6 +37,8 @@ class ENGINERY_FSDP_API AdamW {
   std::vector<torch::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
   std::vector<torch::Tensor>& params() { return params_; }
   std::vector<torch::Tensor>& grads() { return grads_; }
+  // Fused path only (empty otherwise): the per-parameter step counters the kernel reads on the device.
+  std::vector<torch::Tensor>& device_steps() { return device_steps_; }
   void set_step_count(int64_t step);
 
  private:

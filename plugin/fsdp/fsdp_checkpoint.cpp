@@ -205,6 +205,7 @@ void FSDPEngine::require_sharded(const std::string& what) const {
     throw EngineryError(what + " before initialize() (or on an engine without FSDP units)",
                         "fsdp engine, rank " + std::to_string(args_.rank));
   }
+  require_resident(what, true, true, true);  // collectives and files read the state where the engine computes
 }
 
 void FSDPEngine::agree_or_throw(const std::string& error, const std::string& stage,

@@ -133,6 +133,7 @@ void FSDPEngine::set_training(bool training) {
 void FSDPEngine::get_per_tensor_param(
     const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) {
   torch::NoGradGuard no_grad;
+  require_resident("get_per_tensor_param", /*model=*/true, /*optimizer=*/false, /*grad=*/false);
   if (!fsdp_) {
     for (const auto& item : model_->named_parameters()) visit(item.key(), item.value().detach());
     return;

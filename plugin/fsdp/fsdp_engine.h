@@ -31,7 +31,7 @@ namespace fsdp {
 
 using ModelBuilder = std::function<std::shared_ptr<models::DecoderModel>(const EngineArgs& args)>;
 
-class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
+class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine {
  public:
   // `model_builder` empty: the models library builds args.model (what the plugin's registered factory does).
   // The shard layout follows the backend name (layout_for_backend).
@@ -59,6 +59,17 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   // that transformers and models::build_model load. Collective; atomic like a checkpoint.
   static constexpr int64_t kHfShardBytes = 5LL << 30;  // transformers' save_pretrained default, "5GB"
   void export_hf(const std::string& dir, int64_t max_shard_bytes = kHfShardBytes);
+
+  // BaseEngine::to (fsdp_engine_offload.cpp): moves the fp32 master shards (`model`), AdamW's exp_avg, exp_avg_sq
+  // and device step counters (`optimizer`) and the shard gradients (`grad`) to the CPU (pinned memory when they
+  // leave a GPU) or back to device(). The copies are asynchronous, followed by one synchronisation; then each
+  // tensor object is re-pointed at its copy in place (set_data), so the optimizer's lists and the units, which hold
+  // the same tensor objects, follow without being rebuilt; the old storage goes with its last reference and the
+  // CUDA cache is emptied. On a CPU engine, to(cpu) still copies into fresh storage (what the CPU tests exercise).
+  // The grad scaler's two scalars stay where they are. A step needing a part that is away is refused.
+  void move_state(const torch::Device& device, bool model, bool optimizer, bool grad) override;
+  // Whether any part is away from device() (always false on a CPU engine).
+  bool offloaded() const { return model_away_ || optimizer_away_ || grad_away_; }
 
   int64_t get_data_parallel_rank() const override { return args_.rank; }
   int64_t get_data_parallel_size() const override { return args_.world_size; }
@@ -90,6 +101,8 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   // fallback).
   void check_precision_supported() const;
   void set_training(bool training) override;
+  // Throws EngineryError naming `what` when a part it needs (model, optimizer, grad) is offloaded.
+  void require_resident(const std::string& what, bool model, bool optimizer, bool grad) const;
   // The data-parallel world group (built on first use when build_fsdp_module was skipped).
   const Collectives& world_collectives();
 
@@ -104,6 +117,11 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   ShardingLayout layout_;
 
  private:
+  // Parts moved to the CPU by move_state while the engine computes on a GPU.
+  bool model_away_ = false;
+  bool optimizer_away_ = false;
+  bool grad_away_ = false;
+
   // Checkpoint helpers (fsdp_checkpoint.cpp).
   void require_sharded(const std::string& what) const;
   // Every rank calls it with its own error ("" = fine); when any rank failed, `on_failure` runs (on every rank)

@@ -21,6 +21,8 @@ torch::Tensor grad_norms(const std::vector<torch::Tensor>& grads) {
 }  // namespace
 
 void FSDPEngine::optimizer_zero_grad() {
+  // The released gradient takes the master shard's device: both must be home.
+  require_resident("optimizer_zero_grad", /*model=*/true, /*optimizer=*/false, /*grad=*/true);
   if (fsdp_) {
     fsdp_->zero_grad();
     return;
@@ -33,6 +35,7 @@ torch::Tensor FSDPEngine::optimizer_step() {
     throw EngineryError("optimizer_step before initialize() built the optimizer",
                         "fsdp engine, rank " + std::to_string(args_.rank));
   }
+  require_resident("optimizer_step", true, true, true);
   RECORD_USER_SCOPE("enginery::optimizer_step");
   torch::NoGradGuard no_grad;
   fsdp_->settle_grads();  // a unit no backward reached since zero_grad still owes its zeros

@@ -58,6 +58,9 @@ class ENGINERY_FSDP_API FsdpUnit {
   // writes the shard gradient instead of adding to it. settle_shard_grad() materialises the zeros if still pending.
   void zero_shard_grad();
   void settle_shard_grad();
+  // The shard gradient as it is, a pending zero left pending (an empty tensor on the shard's device): what
+  // FSDPEngine::move_state moves, which must not materialise zeros it is about to copy.
+  torch::Tensor& shard_grad_unsettled() { return shard_grad_; }
   // Whether shard_grad() currently has storage (false between zero_grad and the first reduction).
   bool holds_shard_grad() const { return shard_grad_.numel() > 0; }
 

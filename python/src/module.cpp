@@ -46,6 +46,8 @@ void bind_engine(py::module_& m) {
       .def("save_checkpoint", &PyEngine::save_checkpoint, py::arg("path"), py::arg("global_step") = 0,
            py::arg("max_ckpt_to_keep") = py::none())
       .def("load_checkpoint", &PyEngine::load_checkpoint, py::arg("path"))
+      .def("to", &PyEngine::to, py::arg("device"), py::arg("model") = true, py::arg("optimizer") = true,
+           py::arg("grad") = true)
       .def("get_data_parallel_rank", &PyEngine::data_parallel_rank)
       .def("get_data_parallel_size", &PyEngine::data_parallel_size);
 }

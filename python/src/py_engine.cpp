@@ -110,5 +110,11 @@ void PyEngine::load_checkpoint(const std::string& path) {
   engine_->load_checkpoint(path);
 }
 
+void PyEngine::to(const std::string& device, bool model, bool optimizer, bool grad) {
+  const torch::Device target(device);  // before releasing the GIL: a bad spelling raises here
+  py::gil_scoped_release release;
+  engine_->to(target, model, optimizer, grad);
+}
+
 }  // namespace python
 }  // namespace enginery

@@ -40,6 +40,8 @@ class PyEngine {
 
   void save_checkpoint(const std::string& path, int64_t global_step, std::optional<int64_t> max_ckpt_to_keep);
   void load_checkpoint(const std::string& path);
+  // BaseEngine::to: "cpu" or the engine's device ("cuda", "cuda:N"); refused by engines without offload.
+  void to(const std::string& device, bool model, bool optimizer, bool grad);
 
   int64_t data_parallel_rank() const { return engine_->get_data_parallel_rank(); }
   int64_t data_parallel_size() const { return engine_->get_data_parallel_size(); }

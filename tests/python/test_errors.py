@@ -69,3 +69,21 @@ def test_bad_loss_fn_result_and_batch_value_are_named():
     engine.optimizer_zero_grad()
     out = engine.forward_backward_batch(batch, common.sft_loss)
     assert torch.isfinite(out["loss"])
+
+
+def test_to_round_trip_on_cpu_and_a_device_the_engine_lacks_is_named():
+    batch = common.parity_batch()
+    stayed = engine_with({})
+    stayed.initialize()
+    moved = engine_with({})
+    moved.initialize()
+    stayed.train_batch(batch, common.sft_loss)
+    moved.train_batch(batch, common.sft_loss)
+    moved.to("cpu")  # a CPU engine copies its state into fresh storage: the next step must not notice
+    moved.to("cpu", model=False, optimizer=True, grad=False)
+    want = stayed.train_batch(batch, common.sft_loss)
+    got = moved.train_batch(batch, common.sft_loss)
+    assert float(got["loss"]) == float(want["loss"])
+    assert got["grad_norm"] == want["grad_norm"]
+    with pytest.raises(enginery.EngineryError, match="computes on cpu and cannot move its state to cuda"):
+        moved.to("cuda")

@@ -369,6 +369,27 @@ TEST(PluginLoader, LoadsTheManifestCMakeRendered) {
   EXPECT_EQ(engines[0].capabilities, std::vector<std::string>{"multi-rank"});
 }
 
+// A host accepts the same major with an older minor: a 2.0 plugin loads into the 2.1 host. Its engines do not
+// implement OffloadableEngine, so BaseEngine::to refuses them by name instead of calling into them.
+TEST(PluginLoader, OlderMinorLoadsAndItsEnginesRefuseOffload) {
+  TempDir tmp;
+  fs::path search = make_dir(tmp.path() / "plugins");
+  ManifestSpec spec = spec_for("tp_api_2_0", "old_minor");
+  spec.api_version = std::to_string(kApiVersionMajor) + ".0";
+  make_plugin(search, "m_old", "tp_api_2_0", manifest_text(spec));
+  EngineRegistry registry;
+  PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+  ASSERT_TRUE(report.ok()) << report.rejected[0].reason;
+  ASSERT_EQ(report.loaded.size(), 1u);
+  auto engine = registry.create("language_model", "old_minor", "cpu", EngineArgs{});
+  try {
+    engine->to(torch::kCPU);
+    ADD_FAILURE() << "to() on an engine without offload did not throw";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not implement to(cpu)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PluginLoader, EmptyDirectoryLoadsNothingAndRejectsNothing) {
   TempDir tmp;
   fs::path empty = make_dir(tmp.path() / "empty");

@@ -37,7 +37,8 @@ std::string rendered_sha256(const std::string& target) {
 }
 
 ManifestSpec spec_for(const std::string& target, const std::string& backend) {
-  return {target, "lib" + target + ".so", {{"language_model", backend, "cpu"}, {"value_model", backend, "cpu"}}, "2.0",
+  return {target, "lib" + target + ".so", {{"language_model", backend, "cpu"}, {"value_model", backend, "cpu"}},
+          std::to_string(kApiVersionMajor) + "." + std::to_string(kApiVersionMinor),
           "sha256 = \"" + rendered_sha256(target) + "\"\n"};
 }
 

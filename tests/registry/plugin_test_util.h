@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "host_api/plugin_api.h"
+#include "host_api/version.h"
 
 namespace enginery::test {
 
@@ -33,7 +34,7 @@ struct ManifestSpec {
   std::string name;
   std::string library;
   std::vector<EngineKey> engines;
-  std::string api_version = "2.0";
+  std::string api_version = std::to_string(kApiVersionMajor) + "." + std::to_string(kApiVersionMinor);
   std::string extra;  // more top-level lines: "sha256 = ..." from spec_for; a case may replace it
 };
 

@@ -1,0 +1,146 @@
+// BaseEngine::to on CUDA (label gpu; skips without CUDA or NCCL): to(cpu) frees the GPU memory of the master
+// shards, AdamW state and shard gradients (they land in pinned host memory), a step while offloaded is refused,
+// to(cuda) brings back exactly as much, and the next step is bitwise equal to an engine that never moved. Prints
+// the seconds each way and the GB/s of the copies (the lead runs it on the H200; docs/BENCHMARKS.md).
+// ENGINERY_OFFLOAD_MODEL=<HF directory or builtin:...> measures a real model instead of the synthetic one.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+
+#include "host_api/error.h"
+#include "tests/fsdp/fsdp_test_util.h"
+
+namespace enginery {
+namespace fsdp_test {
+namespace {
+
+bool have_gpu() { return torch::cuda::is_available() && compat::has_nccl(); }
+
+EngineArgs cuda_args(const std::string& strategy) {
+  static int counter = 0;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("enginery_offload_store_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::remove(path);
+  auto store = c10::make_intrusive<c10d::FileStore>(path.string(), 1);
+  auto args = make_args(strategy, "bf16", 0, 1, compat::make_nccl_group(store, 0, 1), store);
+  args.device = "cuda";
+  args.local_rank = 0;
+  return args;
+}
+
+std::unique_ptr<fsdp::FSDPEngine> make_engine(const std::string& strategy) {
+  auto args = cuda_args(strategy);
+  const char* model = std::getenv("ENGINERY_OFFLOAD_MODEL");
+  std::unique_ptr<fsdp::FSDPEngine> engine;
+  if (model != nullptr && *model != '\0') {
+    args.model.path = model;
+    engine = std::make_unique<fsdp::FSDPEngine>(args);
+  } else {
+    TinyConfig big;  // about 50M parameters: large enough that the copies are bandwidth-bound
+    big.vocab = 32768;
+    big.hidden = 512;
+    big.layers = 8;
+    engine = std::make_unique<fsdp::FSDPEngine>(args, tiny_builder(big));
+  }
+  engine->initialize();
+  return engine;
+}
+
+// Token ids below 64 are valid in every model's vocabulary.
+Batch gpu_batch(uint64_t seed) { return make_batch(4, 64, 64, seed); }
+
+int64_t state_bytes(fsdp::FSDPEngine& engine) {
+  int64_t bytes = 0;
+  for (auto& u : engine.fsdp_module()->units()) {
+    bytes += u.shard().nbytes() + u.shard_grad_unsettled().nbytes();
+  }
+  for (const auto* list : {&engine.optimizer()->exp_avg(), &engine.optimizer()->exp_avg_sq(),
+                           &engine.optimizer()->device_steps()}) {
+    for (const auto& t : *list) bytes += t.nbytes();
+  }
+  return bytes;
+}
+
+double seconds_of(const std::function<void()>& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+class GpuOffloadTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuOffloadTest, RoundTripFreesMemoryAndKeepsTheNextStepBitwise) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device or no NCCL in this build";
+  auto moved = make_engine(GetParam());
+  auto stayed = make_engine(GetParam());
+  const Batch first = gpu_batch(1), second = gpu_batch(2);
+  auto a = moved->train_batch(first, sft_loss);
+  auto b = stayed->train_batch(first, sft_loss);
+  EXPECT_EQ(a.loss.item<double>(), b.loss.item<double>());
+
+  const int64_t bytes = state_bytes(*moved);
+  torch::cuda::synchronize();
+  const int64_t before = compat::cuda_allocated_bytes(0);
+  const double out_s = seconds_of([&] { moved->to(torch::kCPU); });
+  const int64_t offloaded = compat::cuda_allocated_bytes(0);
+  EXPECT_TRUE(moved->offloaded());
+  for (auto& u : moved->fsdp_module()->units()) {
+    EXPECT_TRUE(u.shard().is_cpu() && u.shard().is_pinned()) << u.name() << ": master shard not in pinned memory";
+  }
+  EXPECT_GE(before - offloaded, bytes * 9 / 10) << "to(cpu) freed less GPU memory than the state it moved";
+
+  try {
+    moved->train_batch(second, sft_loss);
+    ADD_FAILURE() << "a step while offloaded ran";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("offloaded to cpu"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("call to(cuda:0) first"), std::string::npos) << e.what();
+  }
+
+  const double back_s = seconds_of([&] { moved->to(torch::kCUDA); });
+  torch::cuda::synchronize();
+  EXPECT_FALSE(moved->offloaded());
+  EXPECT_EQ(compat::cuda_allocated_bytes(0), before) << "to(cuda) did not bring back exactly what left";
+
+  a = moved->train_batch(second, sft_loss);
+  b = stayed->train_batch(second, sft_loss);
+  EXPECT_EQ(a.loss.item<double>(), b.loss.item<double>()) << "loss after the round trip";
+  EXPECT_EQ(a.grad_norm.item<double>(), b.grad_norm.item<double>()) << "grad norm after the round trip";
+  const auto pa = engine_params(*moved), pb = engine_params(*stayed);
+  for (const auto& [name, t] : pa) EXPECT_TRUE(torch::equal(t, pb.at(name))) << name;
+
+  const double gb = static_cast<double>(bytes) / 1e9;
+  std::cout << "offload " << GetParam() << ": " << gb << " GB of state; GPU allocated " << before / 1e9 << " -> "
+            << offloaded / 1e9 << " GB; to(cpu) " << out_s << " s (" << gb / out_s << " GB/s), to(cuda) " << back_s
+            << " s (" << gb / back_s << " GB/s)\n";
+}
+
+TEST_P(GpuOffloadTest, OptimizerAloneAwayAllowsInferenceButNoStep) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device or no NCCL in this build";
+  auto engine = make_engine(GetParam());
+  const Batch batch = gpu_batch(3);
+  engine->train_batch(batch, sft_loss);
+  engine->to(torch::kCPU, /*model=*/false, /*optimizer=*/true, /*grad=*/false);
+  EXPECT_NO_THROW(engine->infer_batch(batch, sft_loss)) << "the model is home: forward-only passes may run";
+  try {
+    engine->train_batch(batch, sft_loss);
+    ADD_FAILURE() << "a step with the optimizer state on the CPU ran";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer_step: the engine is offloaded to cpu (optimizer)"),
+              std::string::npos)
+        << e.what();
+  }
+  engine->to(torch::kCUDA);
+  EXPECT_NO_THROW(engine->train_batch(batch, sft_loss));
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, GpuOffloadTest, ::testing::Values("fsdp", "fsdp2"));
+
+}  // namespace
+}  // namespace fsdp_test
+}  // namespace enginery
