@@ -38,7 +38,10 @@ ckpt::Metadata two_rank_metadata() {
     m.files.push_back(optim);
     m.files.push_back({ckpt::extra_file_name(rank), "extra", rank, 2, std::string(64, 'a'), {}});
   }
-  m.state = {{"optimizer_step", 3}, {"lr_scheduler_step", 3}, {"grad_scaler", {{"scale", 65536.0}}}};
+  // What FSDPEngine's training_state() writes.
+  m.state = {{"optimizer", {{"step", 3}}},
+             {"lr_scheduler", {{"step", 3}}},
+             {"grad_scaler", {{"scale", 65536.0}, {"growth_tracker", 0}}}};
   m.config = {{"strategy", "fsdp"}, {"mixed_precision", {{"param_dtype", "fp32"}}}};
   return m;
 }
@@ -60,7 +63,7 @@ Target checkpoint_target() {
     one.contents = {"model"};
     one.params = {{"w", {2}, "float32"}};
     one.files = {{ckpt::model_file_name(0), "model", 0, 8, std::string(64, '1'), {{0, ckpt::kStateParam, 0, 2, 0}}}};
-    one.state = nlohmann::json::object();
+    one.state = {{"optimizer", {{"step", 0}}}, {"lr_scheduler", {{"step", 0}}}};
     return std::vector<std::string>{ckpt::to_json(two_rank_metadata()).dump(), ckpt::to_json(one).dump(2)};
   };
   t.dictionary = {"\"format\":", "\"version\":", "\"global_step\":", "\"world_size\":", "\"fsdp_size\":",
