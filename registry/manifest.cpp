@@ -1,9 +1,5 @@
 #include "registry/manifest.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -14,6 +10,7 @@
 
 #include "host_api/error.h"
 #include "host_api/version.h"
+#include "support/input_files.h"
 #include "support/toml_guard.h"
 
 namespace enginery {
@@ -21,7 +18,7 @@ namespace {
 
 const char* const kTopLevelKeys = "manifest_version, name, version, api_version, library, sha256, capabilities, engines";
 const char* const kEngineKeys = "model_type, backend, device, capabilities";
-constexpr off_t kMaxManifestBytes = 1 << 20;
+constexpr uint64_t kMaxManifestBytes = 1 << 20;
 
 std::string where_of(const std::filesystem::path& file, const toml::source_region& region) {
   if (region.begin.line == 0) return file.string();
@@ -179,50 +176,10 @@ std::vector<std::string> sorted_unique(std::vector<std::string> values) {
   return values;
 }
 
-const char* file_kind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "not a regular file";
-}
-
-// Closes the descriptor on every path out of read_manifest_file.
-struct Descriptor {
-  int fd;
-  ~Descriptor() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-// The manifest's bytes. Opened non-blocking and checked to be a regular file before any read: a FIFO named
-// plugin.toml would otherwise block the host forever, and a device would never end.
+// The manifest's bytes, read only when it is a regular file: a FIFO named plugin.toml would otherwise block the
+// host forever, and a device would never end.
 std::string read_manifest_file(const std::filesystem::path& file) {
-  Descriptor in{::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  if (in.fd < 0) throw EngineryError(std::string("cannot read plugin manifest: ") + std::strerror(errno), file.string());
-  struct stat st {};
-  if (::fstat(in.fd, &st) != 0) {
-    throw EngineryError(std::string("cannot stat plugin manifest: ") + std::strerror(errno), file.string());
-  }
-  if (!S_ISREG(st.st_mode)) {
-    throw EngineryError(std::string("plugin manifest is ") + file_kind(st.st_mode) + ", so the plugin is refused",
-                        file.string(), "a regular file");
-  }
-  if (st.st_size > kMaxManifestBytes) {
-    throw EngineryError("plugin manifest is " + std::to_string(st.st_size) + " bytes, more than any manifest needs",
-                        file.string(), "at most " + std::to_string(kMaxManifestBytes) + " bytes");
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t got = ::read(in.fd, &text[done], text.size() - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw EngineryError(std::string("cannot read plugin manifest: ") + std::strerror(errno), file.string());
-    if (got == 0) break;  // shrank while being read: parse what is there
-    done += static_cast<size_t>(got);
-  }
-  text.resize(done);
-  return text;
+  return input::read_regular(file.string(), kMaxManifestBytes, "cannot read plugin manifest");
 }
 
 }  // namespace

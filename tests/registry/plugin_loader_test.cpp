@@ -267,7 +267,7 @@ std::vector<BadCase> bad_cases() {
          fs::remove(dir / "plugin.toml");
          if (mkfifo((dir / "plugin.toml").c_str(), 0644) != 0) throw std::runtime_error("mkfifo failed");
        },
-       {"a_bad/plugin.toml: plugin manifest is a FIFO, so the plugin is refused", "allowed: a regular file"}, false},
+       {"a_bad/plugin.toml: cannot read plugin manifest: it is a FIFO, not a regular file", "allowed: a regular file"}, false},
       {"segfaults_while_registering", a,
        [a](const fs::path& p, const fs::path&) {
          make_plugin(p, a, "tp_segv", manifest_text(spec_for("tp_segv", "segv")));
