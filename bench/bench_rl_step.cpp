@@ -1,9 +1,8 @@
-// One RL optimizer step of the fsdp2 engine over a ragged, verl-laid-out batch (issue 16): the C++ side of
-// bench/gpu/run_rl_bench.sh and bench/cpu/run_rl_cpu_bench.sh. Reads the batch file of bench/gpu/make_rl_batch.py
-// (the reference reads the same file), trains with the trainer's PPO clipped loss through the host's micro-batch
-// loop, and prints one JSON line: valid tokens/s (padding not counted), step time, peak memory, the loss of the
-// first step (before any update: every mode and the reference must agree on it) and its grad norm.
-//
+// One RL optimizer step of the fsdp2 engine over a ragged, verl-laid-out batch (docs/BENCHMARKS.md, "RL-shaped
+// batches"): the C++ side of bench/gpu/run_rl_bench.sh and bench/cpu/run_rl_cpu_bench.sh. Reads the batch file of
+// bench/gpu/make_rl_batch.py (the reference reads the same file), trains with the trainer's PPO clipped loss through
+// the host's micro-batch loop, and prints one JSON line: valid tokens/s (padding not counted), step time, peak memory,
+// the loss of the first step (before any update: every mode and the reference must agree on it) and its grad norm.
 // Modes: padded (default), --remove-padding (model.use_remove_padding), --dynamic-bsz --max-token-len N
 // (engine.use_dynamic_bsz, engine.max_token_len_per_gpu). Ranks as bench_engine_train: RANK/WORLD_SIZE/...; rank r
 // takes the contiguous rows [r * N / W, (r + 1) * N / W) of the batch, as verl's DataProto.chunk dispatches them.

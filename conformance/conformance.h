@@ -1,5 +1,5 @@
 #pragma once
-// The per-plugin conformance suite (issue 5): one GoogleTest suite every engine plugin runs, parameterised at run
+// The per-plugin conformance suite: one GoogleTest suite every engine plugin runs, parameterised at run
 // time by (plugin dir, backend, model_type, device) as discovered from the plugin manifests. Only the host_api
 // contract and the registry are used, never a plugin header, so a third party's plugin runs the same checks.
 //

@@ -223,8 +223,16 @@ torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
   auto keep = mapping_;
   // from_blob wants a non-const pointer; the pages are mapped read-only, so writers must clone first.
   void* ptr = const_cast<uint8_t*>(data_ + e.begin);
-  if (e.begin == e.end) return torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
-  return torch::from_blob(ptr, e.shape, [keep](void*) {}, torch::TensorOptions().dtype(e.dtype));
+  const auto options = torch::TensorOptions().dtype(e.dtype);
+  if (e.begin == e.end) return torch::empty(e.shape, options);
+  // A writer that did not pad its header leaves tensors off their element alignment, which vectorised kernels may
+  // not read: such a tensor is copied out once instead of viewed.
+  if (reinterpret_cast<uintptr_t>(ptr) % c10::elementSize(e.dtype) != 0) {
+    auto copy = torch::empty(e.shape, options);
+    std::memcpy(copy.data_ptr(), ptr, e.end - e.begin);
+    return copy;
+  }
+  return torch::from_blob(ptr, e.shape, [keep](void*) {}, options);
 }
 
 namespace {

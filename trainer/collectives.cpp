@@ -17,6 +17,8 @@ std::string message_of(const std::exception& e) {
 }  // namespace
 
 bool is_collective_timeout(const std::exception& e) {
+  // Our own errors (already named, possibly naming the timeout key) pass through as they are.
+  if (dynamic_cast<const EngineryError*>(&e) != nullptr) return false;
   std::string text = message_of(e);
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char ch) { return std::tolower(ch); });
   return text.find("timed out") != std::string::npos || text.find("timeout") != std::string::npos;

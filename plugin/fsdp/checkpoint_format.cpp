@@ -27,7 +27,7 @@ constexpr size_t kMaxDims = 64;
 // Copying a JSON value recurses once per nesting level: a hostile metadata.json nested a million deep would
 // overflow the stack. The format nests 4 levels.
 constexpr int kMaxDepth = 64;
-constexpr uint64_t kMaxMetadataBytes = uint64_t{16} << 30;
+constexpr uint64_t kMaxMetadataBytes = uint64_t{256} << 20;
 
 std::string range(int64_t lo, int64_t hi) {
   return "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
@@ -89,7 +89,7 @@ class Fields {
   }
 
  private:
-  const std::string& where_;
+  const std::string where_;  // a copy: a Fields may be built from a temporary
 };
 
 void read_header(const Fields& f, const json& j, Metadata& m) {

@@ -1,5 +1,7 @@
 #include "python/src/py_factory.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -36,8 +38,9 @@ void check_engine_key(const std::string& key) {
 int64_t total_steps(const std::string& override_text) {
   const std::string value = override_text.substr(override_text.find('=') + 1);
   char* end = nullptr;
+  errno = 0;
   const long long steps = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || steps < 0) {
+  if (value.empty() || *end != '\0' || steps < 0 || errno == ERANGE) {
     throw EngineryError("optim.total_training_steps = " + value + " is not a step count",
                         std::string(kConfigSource) + " " + override_text, "an integer >= 0");
   }
@@ -90,12 +93,19 @@ py::dict load_plugins(const std::vector<std::string>& dirs) {
   static std::set<std::string> searched;
   const std::vector<std::filesystem::path> wanted(dirs.begin(), dirs.end());
   std::vector<PluginSearchDir> path;
+  std::vector<std::string> names;
   for (auto& dir : PluginLoader::search_path(wanted, "load_plugins", std::getenv(kPluginPathEnv), {})) {
     std::error_code ec;
     const std::filesystem::path canonical = std::filesystem::weakly_canonical(dir.path, ec);
-    if (searched.insert((ec ? dir.path : canonical).string()).second) path.push_back(std::move(dir));
+    const std::string name = (ec ? dir.path : canonical).string();
+    if (searched.count(name) == 0 && std::find(names.begin(), names.end(), name) == names.end()) {
+      names.push_back(name);
+      path.push_back(std::move(dir));
+    }
   }
+  // Remembered once searched: a load that throws leaves them to be searched again.
   const PluginLoadReport report = PluginLoader(std::move(path)).load(registry());
+  searched.insert(names.begin(), names.end());
   py::list loaded;
   for (const auto& plugin : report.loaded) loaded.append(plugin.manifest.name);
   py::list rejected;

@@ -158,7 +158,9 @@ int fuzz(const Target& target, double seconds, uint64_t seed, const fs::path& ou
   return findings.count() > 0 || !seeds_ok ? 1 : 0;
 }
 
-// Runs every file of <dir>/<target>/ once: inputs that once failed must keep ending in EngineryError.
+// Runs every file of <dir>/<target>/ once: inputs that once crashed or escaped must now end cleanly (an
+// EngineryError, or acceptance where the input was valid). Finding no input at all fails: a moved folder must not
+// pass as a clean replay.
 int replay(const std::vector<const Target*>& targets, const fs::path& dir, const fs::path& out) {
   fs::create_directories(out);
   size_t failures = 0, runs = 0;
@@ -177,7 +179,7 @@ int replay(const std::vector<const Target*>& targets, const fs::path& dir, const
     }
   }
   std::cout << "enginery_fuzz: replayed " << runs << " inputs, " << failures << " failed" << std::endl;
-  return failures > 0 ? 1 : 0;
+  return failures > 0 || runs == 0 ? 1 : 0;
 }
 
 const Target* find_target(const std::string& name) {

@@ -209,6 +209,22 @@ TEST(SafetensorsHostile, OverlappingOffsetsAreRefused) {
             "");
 }
 
+// A header whose length leaves the data section off 4-byte alignment (nothing in the format forbids it): the F32
+// tensor comes back aligned, with its values.
+TEST(SafetensorsHostile, MisalignedTensorsAreCopiedOutAligned) {
+  testing::TempDir tmp;
+  const std::string header = R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}} )";
+  ASSERT_NE((8 + header.size()) % 4, 0u);
+  std::string bytes = safetensors_bytes(header, 0);
+  const float values[3] = {1.5f, -2.0f, 3.25f};
+  bytes.append(reinterpret_cast<const char*>(values), sizeof(values));
+  testing::write_text(tmp.sub("model.safetensors"), bytes);
+  SafetensorsFile file(tmp.sub("model.safetensors"));
+  const torch::Tensor w = file.tensor("w");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.data_ptr()) % alignof(float), 0u);
+  EXPECT_TRUE(torch::equal(w, torch::tensor({1.5f, -2.0f, 3.25f})));
+}
+
 TEST(SafetensorsHostile, AbsurdHeaderLengthIsRefused) {
   testing::TempDir tmp;
   const std::string header = R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";

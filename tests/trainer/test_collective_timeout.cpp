@@ -1,5 +1,5 @@
-// trainer.collective_timeout_s over real processes (issue 21, "Hangs"): a peer that stops answering makes the
-// other rank's collective fail within the timeout, naming the collective, the rank and the setting, instead of
+// trainer.collective_timeout_s over real processes (docs/ARCHITECTURE.md, "Errors"): a peer that stops answering makes
+// the other rank's collective fail within the timeout, naming the collective, the rank and the setting, instead of
 // waiting forever in Gloo.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,7 @@
-// What keeps a run's data safe without running one (issue 21): a used output directory is refused or moved aside
-// whole, a checkpoint that cannot be read is named by --resume and never deleted by retention, metrics.jsonl is
-// never truncated by a new run, and data that does not fit the model (ids, lengths, FIFOs) is refused by name.
+// What keeps a run's data safe without running one (docs/ARCHITECTURE.md, "Errors"): a used output directory is refused
+// or moved aside whole, a checkpoint that cannot be read is named by --resume and never deleted by retention,
+// metrics.jsonl is never truncated by a new run, and data that does not fit the model (ids, lengths, FIFOs) is refused
+// by name.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// `enginery train --config FILE [--nproc N] [--set key=value ...] [--resume | --fresh-run]` (issue 6).
+// `enginery train --config FILE [--nproc N] [--set key=value ...] [--resume | --fresh-run]`.
 #include <c10/util/Exception.h>
 
 #include <filesystem>
