@@ -53,6 +53,13 @@ PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<Plugin
   return report;
 }
 
+void set_engine_settings(EngineArgs& args, const TrainConfig& config) {
+  args.model = config.model;
+  args.engine = config.engine;
+  args.optim = config.optim;
+  args.checkpoint = config.checkpoint;
+}
+
 namespace {
 
 // A refusal of the registry names the config key as its "where"; the user wants the file:line:col (or --set flag)
@@ -68,10 +75,7 @@ void check_config_honoured(const EngineRegistry& registry, const EngineKey& key,
   args.model_type = key.model_type;
   args.device = key.device;
   args.world_size = world_size;
-  args.model = config.model;
-  args.engine = config.engine;
-  args.optim = config.optim;
-  args.checkpoint = config.checkpoint;
+  set_engine_settings(args, config);
   try {
     registry.check_config(key, args);
   } catch (const EngineryError& e) {

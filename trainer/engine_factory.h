@@ -27,6 +27,9 @@ std::string build_tree_plugin_dir();
 // "cuda" when trainer.device is cuda, or auto and LibTorch sees a GPU; else "cpu".
 std::string resolve_device(const TrainConfig& config);
 
+// The sections of a run's configuration an engine reads (model, engine, optim, checkpoint), copied into its args.
+void set_engine_settings(EngineArgs& args, const TrainConfig& config);
+
 // Loads every plugin into `registry`; a rejected plugin is reported on `log` (when non-null).
 PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<PluginSearchDir>& search_path,
                               std::ostream* log);

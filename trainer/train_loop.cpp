@@ -105,10 +105,7 @@ void build_engine(RankEngine& out, const TrainConfig& config, const RankEnv& env
   args.local_rank = env.local_rank;
   args.world_group = out.group;
   args.store = out.store;
-  args.model = config.model;
-  args.engine = config.engine;
-  args.optim = config.optim;
-  args.checkpoint = config.checkpoint;
+  set_engine_settings(args, config);
   out.engine = create_engine(out.registry, config, args);
   out.engine->initialize();
 }

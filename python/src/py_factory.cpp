@@ -9,6 +9,7 @@
 
 #include "host_api/error.h"
 #include "registry/plugin_loader.h"
+#include "trainer/engine_factory.h"
 #include "trainer/train_config.h"
 
 namespace enginery {
@@ -137,10 +138,7 @@ std::shared_ptr<BaseEngine> new_engine(const EngineRequest& request, const py::o
   args.model_type = request.model_type;
   args.device = request.device;
   args.local_rank = request.local_rank;
-  args.model = config.model;
-  args.engine = config.engine;
-  args.optim = config.optim;
-  args.checkpoint = config.checkpoint;
+  set_engine_settings(args, config);
   set_group(args, group, store);
   try {
     py::gil_scoped_release release;

@@ -14,13 +14,7 @@ namespace enginery {
 namespace models {
 namespace {
 
-std::shared_ptr<CausalLM> builtin(const std::string& name, const std::string& type = "language_model",
-                                  bool checkpointing = false) {
-  ModelConfig cfg;
-  cfg.path = "builtin:" + name;
-  cfg.enable_gradient_checkpointing = checkpointing;
-  return std::dynamic_pointer_cast<CausalLM>(build_model(cfg, type));
-}
+using testing::builtin;
 
 ModelInputs padded_inputs(int64_t vocab) {
   torch::manual_seed(5);

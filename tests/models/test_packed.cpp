@@ -7,6 +7,7 @@
 #include "models/model_factory.h"
 #include "models/packed_sequences.h"
 #include "packed_compare.h"
+#include "test_util.h"
 
 namespace enginery {
 namespace models {
@@ -14,13 +15,7 @@ namespace {
 
 constexpr double kFp32Tol = 1e-5;
 
-std::shared_ptr<CausalLM> builtin(const std::string& name, const std::string& type = "language_model",
-                                  bool checkpointing = false) {
-  ModelConfig cfg;
-  cfg.path = "builtin:" + name;
-  cfg.enable_gradient_checkpointing = checkpointing;
-  return std::dynamic_pointer_cast<CausalLM>(build_model(cfg, type));
-}
+using testing::builtin;
 
 // Rows of `lengths` real tokens; `left` rows are left padded, the others right padded.
 ModelInputs ragged(const std::vector<int64_t>& lengths, const std::vector<bool>& left, int64_t seq_len) {

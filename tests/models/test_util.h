@@ -7,11 +7,22 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include "models/causal_lm.h"
+#include "models/model_factory.h"
 #include "support/torch_compat.h"  // compat::remove_all
 
 namespace enginery {
 namespace models {
 namespace testing {
+
+// A built-in model ("qwen2-tiny", "llama-tiny", "qwen3-tiny") as the CausalLM it is.
+inline std::shared_ptr<CausalLM> builtin(const std::string& name, const std::string& type = "language_model",
+                                         bool checkpointing = false) {
+  ModelConfig cfg;
+  cfg.path = "builtin:" + name;
+  cfg.enable_gradient_checkpointing = checkpointing;
+  return std::dynamic_pointer_cast<CausalLM>(build_model(cfg, type));
+}
 
 inline std::string data_dir(const std::string& name) { return std::string(ENGINERY_MODELS_TEST_DATA) + "/" + name; }
 
