@@ -27,6 +27,7 @@ const std::vector<Check>& all_checks() {
     add_loop_checks(list);
     add_training_checks(list);
     add_state_checks(list);
+    add_export_checks(list);
     add_multirank_checks(list);
     return list;
   }();

@@ -50,6 +50,7 @@ std::function<std::string(const Target&)> requires_precisions(std::vector<std::s
 void add_precision_checks(std::vector<Check>& checks);
 void add_training_checks(std::vector<Check>& checks);
 void add_state_checks(std::vector<Check>& checks);
+void add_export_checks(std::vector<Check>& checks);
 void add_multirank_checks(std::vector<Check>& checks);
 void add_loop_checks(std::vector<Check>& checks);
 const std::vector<Check>& all_checks();

@@ -75,19 +75,43 @@ torch::Tensor all_reduce_doubles(const BaseEngine& e, const torch::Tensor& value
   return one[0].cpu();
 }
 
+// Batch metadata `name` of type T when present (verl sends per-call micro-batching this way), else `fallback`.
+template <typename T>
+T meta_or(const Batch& batch, const std::string& name, T fallback, const char* allowed) {
+  if (!batch.has_meta(name)) return fallback;
+  const T* value = std::get_if<T>(&batch.meta(name));
+  if (value == nullptr) throw EngineryError("has the wrong type", "batch metadata '" + name + "'", allowed);
+  return *value;
+}
+
+// The micro-batching of this call: the engine's configuration, overridden by the batch's metadata
+// micro_batch_size_per_gpu / use_dynamic_bsz / max_token_len_per_gpu, as verl's workers send them with each call
+// (a log-prob pass may cut differently from the update). docs/ARCHITECTURE.md, "One step".
+struct Micro {
+  bool dynamic;
+  int64_t rows, tokens;
+};
+Micro micro_batching(const BaseEngine& e, const Batch& batch) {
+  const EngineConfig& engine = e.args().engine;
+  Micro m{meta_or<bool>(batch, "use_dynamic_bsz", engine.use_dynamic_bsz, "true, false"),
+          meta_or<int64_t>(batch, "micro_batch_size_per_gpu", engine.micro_batch_size_per_gpu, "an integer >= 1"),
+          meta_or<int64_t>(batch, "max_token_len_per_gpu", engine.max_token_len_per_gpu, "an integer >= 1")};
+  // Checked here as well as by the parser: engines are also built from code, and metadata comes with each call.
+  const std::string key = m.dynamic ? "max_token_len_per_gpu" : "micro_batch_size_per_gpu";
+  const int64_t value = m.dynamic ? m.tokens : m.rows;
+  if (value <= 0) {
+    throw EngineryError("must be positive, got " + std::to_string(value),
+                        batch.has_meta(key) ? "batch metadata '" + key + "'" : "engine." + key, ">= 1");
+  }
+  return m;
+}
+
 // The host loop's micro-batches for `batch` (host_api/micro_batch_plan.h); dynamic ones are agreed over the group.
 MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch) {
-  const EngineConfig& engine = e.args().engine;
-  if (!engine.use_dynamic_bsz) {
-    const int64_t mbs = engine.micro_batch_size_per_gpu;
-    if (mbs <= 0) {
-      // Checked here as well as by the parser: engines are also built from code.
-      throw EngineryError("must be positive, got " + std::to_string(mbs), "engine.micro_batch_size_per_gpu", ">= 1");
-    }
-    return plan_by_rows(batch.size(), mbs);
-  }
+  const Micro micro = micro_batching(e, batch);
+  if (!micro.dynamic) return plan_by_rows(batch.size(), micro.rows);
   const std::vector<int64_t> tokens = valid_tokens_per_row(batch);
-  const int64_t budget = engine.max_token_len_per_gpu;
+  const int64_t budget = micro.tokens;
   // Every rank runs as many micro-batches as the rank that needs the most, so their collectives pair up.
   const auto count = all_reduce_doubles(
       e, torch::tensor({static_cast<double>(min_micro_batches(tokens, budget))}, torch::kDouble),
@@ -95,7 +119,7 @@ MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch) {
   MicroBatchPlan plan = plan_by_tokens(tokens, budget, static_cast<int64_t>(count.item<double>()));
   static std::atomic<bool> warned{false};
   if (plan.oversize && !warned.exchange(true)) {
-    std::cerr << "enginery: a sequence holds more valid tokens than engine.max_token_len_per_gpu = " << budget
+    std::cerr << "enginery: a sequence holds more valid tokens than max_token_len_per_gpu = " << budget
               << "; it runs as a micro-batch of its own (warned once)\n";
   }
   return plan;

@@ -13,6 +13,7 @@
 #include "host_api/config.h"
 #include "host_api/grad_scaler.h"
 #include "host_api/loss.h"
+#include "host_api/weight_export.h"
 
 namespace enginery {
 
@@ -112,6 +113,12 @@ class BaseEngine {
   // Full (unsharded) tensors by Hugging Face name, one at a time; collective: every rank must call it.
   virtual void get_per_tensor_param(
       const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) = 0;
+
+  // The same tensors as a stream in `dtype`, one group at a time (host_api/weight_export.h): what a rollout engine
+  // consumes. Engines deriving from WeightExportingEngine gather one unit per group in `dtype` (the cast happens on
+  // the shards, before the all-gather); any other engine yields everything get_per_tensor_param gives as one group.
+  // Collective: every rank iterates the stream to its end.
+  std::unique_ptr<WeightStream> weight_stream(c10::ScalarType dtype);
 
   virtual void save_checkpoint(const std::string& path, int64_t global_step, int64_t max_ckpt_to_keep) = 0;
   virtual void load_checkpoint(const std::string& path) = 0;

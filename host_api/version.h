@@ -12,7 +12,9 @@ namespace enginery {
 // 2.1: BaseEngine::to (offload) and the OffloadableEngine interface that implements it; BaseEngine's vtable and
 // layout are unchanged, so a 2.0 plugin still loads and its engines refuse to() by name.
 constexpr int kApiVersionMajor = 2;
-constexpr int kApiVersionMinor = 1;
+// 2.2: BaseEngine::weight_stream and the WeightExportingEngine interface behind it (host_api/weight_export.h); a
+// 2.0/2.1 plugin's engines stream through their get_per_tensor_param.
+constexpr int kApiVersionMinor = 2;
 
 // Version of the plugin.toml schema this host reads.
 constexpr int kManifestVersion = 1;

@@ -130,25 +130,5 @@ void FSDPEngine::set_training(bool training) {
   if (model_) model_->train(training);
 }
 
-void FSDPEngine::get_per_tensor_param(
-    const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) {
-  torch::NoGradGuard no_grad;
-  require_resident("get_per_tensor_param", /*model=*/true, /*optimizer=*/false, /*grad=*/false);
-  if (!fsdp_) {
-    for (const auto& item : model_->named_parameters()) visit(item.key(), item.value().detach());
-    return;
-  }
-  // The units' names are prefixes chosen by the model; report the model's own (Hugging Face) names.
-  std::map<const void*, std::string> hf_names;
-  for (const auto& item : model_->named_parameters()) hf_names.emplace(item.value().unsafeGetTensorImpl(), item.key());
-  for (auto& u : fsdp_->units()) {
-    auto full = u.gather_full_master();
-    for (size_t i = 0; i < full.size(); ++i) {
-      auto it = hf_names.find(u.params()[i].unsafeGetTensorImpl());
-      visit(it != hf_names.end() ? it->second : u.param_names()[i], full[i]);
-    }
-  }
-}
-
 }  // namespace fsdp
 }  // namespace enginery

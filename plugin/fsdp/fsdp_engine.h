@@ -31,7 +31,7 @@ namespace fsdp {
 
 using ModelBuilder = std::function<std::shared_ptr<models::DecoderModel>(const EngineArgs& args)>;
 
-class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine {
+class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine, public WeightExportingEngine {
  public:
   // `model_builder` empty: the models library builds args.model (what the plugin's registered factory does).
   // The shard layout follows the backend name (layout_for_backend).
@@ -47,8 +47,11 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine
   torch::Tensor optimizer_step() override;
   double lr_scheduler_step() override;
 
+  // Both gather one unit at a time (fsdp_weight_export.cpp); get_per_tensor_param yields the fp32 masters.
   void get_per_tensor_param(
       const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) override;
+  // The stream refers to this engine's units: use it up before the engine changes (a step, to(), destruction).
+  std::unique_ptr<WeightStream> export_weights(c10::ScalarType dtype) override;
 
   // Checkpoints (plugin/fsdp/CHECKPOINT.md): collective; atomic (a temporary sibling, fsynced, renamed into place);
   // readable at any world size, fsdp_size and strategy. args().checkpoint.save_contents / load_contents select

@@ -170,6 +170,47 @@ TEST(FsdpMicroBatch, DynamicBatchSizeEqualsFixedMicroBatches) {
   });
 }
 
+// verl sends micro_batch_size_per_gpu / use_dynamic_bsz / max_token_len_per_gpu with each call (a log-prob pass
+// may cut differently from the update): batch metadata overrides the engine's configuration for that call only.
+// Metrics are means over micro-batches, so the "tokens" metric tells how many micro-batches ran.
+TEST(FsdpMicroBatch, PerCallMetadataOverridesTheConfiguredMicroBatching) {
+  auto args = make_args("fsdp2", "fp32");
+  args.engine.micro_batch_size_per_gpu = 4;
+  fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
+  engine.initialize();
+  Batch batch = make_batch(4, 9, 64, 97);
+  const double total = engine.infer_batch(batch, sft_loss).metrics.at("tokens").item<double>();
+
+  Batch per_row = batch;
+  per_row.set_meta("micro_batch_size_per_gpu", int64_t{1});
+  const BatchOutput split = engine.infer_batch(per_row, sft_loss);
+  EXPECT_NEAR(split.metrics.at("tokens").item<double>() * 4, total, 1e-9) << "four micro-batches of one row";
+
+  Batch dynamic = batch;
+  dynamic.set_meta("use_dynamic_bsz", true);
+  dynamic.set_meta("max_token_len_per_gpu", int64_t{1000});
+  EXPECT_NEAR(engine.infer_batch(dynamic, sft_loss).metrics.at("tokens").item<double>(), total, 1e-9)
+      << "one micro-batch holds every row under a large budget";
+  // The next call without metadata is back to the configuration.
+  EXPECT_NEAR(engine.infer_batch(batch, sft_loss).metrics.at("tokens").item<double>(), total, 1e-9);
+
+  auto error_of = [&](const std::string& name, MetaValue value) -> std::string {
+    Batch bad = batch;
+    bad.set_meta(name, std::move(value));
+    try {
+      engine.infer_batch(bad, sft_loss);
+    } catch (const EngineryError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of("micro_batch_size_per_gpu", std::string("two")).find("batch metadata 'micro_batch_size_per_gpu'"),
+            std::string::npos);
+  EXPECT_NE(error_of("micro_batch_size_per_gpu", int64_t{0}).find("batch metadata 'micro_batch_size_per_gpu': must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of("use_dynamic_bsz", int64_t{1}).find("batch metadata 'use_dynamic_bsz'"), std::string::npos);
+}
+
 TEST(MicroBatchPlan, TokenBudgetBalancesAndPadsToTheAgreedCount) {
   // Fixed: consecutive rows.
   EXPECT_EQ(plan_by_rows(5, 2).rows, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}, {4}}));

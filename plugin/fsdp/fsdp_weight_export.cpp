@@ -1,0 +1,79 @@
+// Weight export (docs/ARCHITECTURE.md, "The contract"): the full weights by Hugging Face name, one FSDP unit
+// gathered at a time in the receiver's dtype, so the extra memory is one unit and a bf16 export all-gathers half
+// the bytes of the fp32 masters.
+#include <map>
+#include <utility>
+
+#include "plugin/fsdp/fsdp_engine.h"
+
+namespace enginery {
+namespace fsdp {
+namespace {
+
+class UnitWeightStream final : public WeightStream {
+ public:
+  UnitWeightStream(FsdpModule& fsdp, std::map<const void*, std::string> hf_names, c10::ScalarType dtype)
+      : fsdp_(fsdp), hf_names_(std::move(hf_names)), dtype_(dtype) {}
+
+  std::vector<NamedTensor> next() override {
+    torch::NoGradGuard no_grad;
+    if (next_unit_ == fsdp_.units().size()) return {};
+    FsdpUnit& unit = fsdp_.units()[next_unit_++];
+    auto full = unit.gather_full(dtype_);
+    std::vector<NamedTensor> group;
+    group.reserve(full.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      // The units' names are prefixes chosen by the model; the model's own names are Hugging Face's.
+      auto it = hf_names_.find(unit.params()[i].unsafeGetTensorImpl());
+      group.push_back({it != hf_names_.end() ? it->second : unit.param_names()[i], std::move(full[i])});
+    }
+    return group;
+  }
+
+ private:
+  FsdpModule& fsdp_;
+  std::map<const void*, std::string> hf_names_;
+  c10::ScalarType dtype_;
+  size_t next_unit_ = 0;
+};
+
+// A subclass that skipped build_fsdp_module holds the whole model on every rank: one group, cast where needed.
+class UnshardedWeightStream final : public WeightStream {
+ public:
+  UnshardedWeightStream(models::DecoderModel& model, c10::ScalarType dtype) : model_(model), dtype_(dtype) {}
+
+  std::vector<NamedTensor> next() override {
+    if (done_) return {};
+    done_ = true;
+    std::vector<NamedTensor> group;
+    for (const auto& item : model_.named_parameters()) group.push_back({item.key(), item.value().detach().to(dtype_)});
+    return group;
+  }
+
+ private:
+  models::DecoderModel& model_;
+  c10::ScalarType dtype_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightStream> FSDPEngine::export_weights(c10::ScalarType dtype) {
+  require_resident("weight export", /*model=*/true, /*optimizer=*/false, /*grad=*/false);
+  if (!fsdp_) return std::make_unique<UnshardedWeightStream>(*model_, dtype);
+  std::map<const void*, std::string> hf_names;
+  for (const auto& item : model_->named_parameters()) hf_names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  return std::make_unique<UnitWeightStream>(*fsdp_, std::move(hf_names), dtype);
+}
+
+void FSDPEngine::get_per_tensor_param(
+    const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) {
+  require_resident("get_per_tensor_param", /*model=*/true, /*optimizer=*/false, /*grad=*/false);
+  auto stream = export_weights(c10::kFloat);
+  for (auto group = stream->next(); !group.empty(); group = stream->next()) {
+    for (const auto& t : group) visit(t.name, t.tensor);
+  }
+}
+
+}  // namespace fsdp
+}  // namespace enginery
