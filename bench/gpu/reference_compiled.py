@@ -19,6 +19,7 @@ Run on the GPU machine: torchrun --nproc-per-node 1 bench/gpu/reference_compiled
 """
 import gc
 import sys
+import traceback
 
 import torch
 import torch._dynamo
@@ -130,6 +131,20 @@ def release():
         print(f"reference_compiled: {left:.1f} GiB still allocated between configurations", file=sys.stderr)
 
 
+def attempt(what, run, rank, out):
+    """Runs one configuration and emits its row; a failure is reported and the next configuration still runs (a
+    benchmark call that cannot be repeated should keep every row it can get)."""
+    try:
+        result = run()
+    except Exception:  # noqa: BLE001
+        print(f"reference_compiled: {what} failed", file=sys.stderr)
+        traceback.print_exc()
+        result = None
+    release()
+    if result is not None:
+        emit(result, rank, out)
+
+
 def main():
     ap = common_args(__doc__)
     ap.add_argument("--ac", choices=["off", "on", "both"], default="off",
@@ -148,15 +163,10 @@ def main():
     settings = {"off": [False], "on": [True], "both": [False, True]}[args.ac]
     if args.eager_too:
         for ac in settings:
-            result, model, opt = run_eager(args, ac, rank, world, tokens, gen)
-            del model, opt
-            release()
-            emit(result, rank, args.out)
+            attempt(f"eager, AC {ac}", lambda: run_eager(args, ac, rank, world, tokens, gen)[0], rank, args.out)
     configure_dynamo()
     for ac in settings:
-        result = run_compiled(args, ac, rank, world, tokens, gen)
-        release()
-        emit(result, rank, args.out)
+        attempt(f"compiled, AC {ac}", lambda: run_compiled(args, ac, rank, world, tokens, gen), rank, args.out)
     dist.destroy_process_group()
 
 
