@@ -8,7 +8,8 @@ MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (the last layer stays 
 torchtitan does, since backward starts with it). The final norm, lm_head and cross-entropy are one compiled
 function, not chunked (torchtitan's loss is not either); `fully_shard` on the root (embedding, tied lm_head, norm);
 torch.optim.AdamW(fused=True); gradient clipping at 1.0. Compilation happens in the first warm-up step: tokens/s
-counts only the timed steps, and each row reports compile_s (first step minus a timed step) separately.
+counts only the timed steps, and each row reports compile_s (first step minus a timed step) separately, with
+inductor's graph-cache hits and misses (a process that finds the graphs compiled by an earlier one compiles faster).
 
 --ac off|on|both: `both` runs AC off, then on, in this one process. --eager-too first runs reference_fsdp2.py's
 recipe at the same settings in this process too (run_gpu_bench.sh's budget mode: one process per shape, so the
@@ -118,6 +119,8 @@ def run_compiled(args, ac, rank, world, tokens, gen):
     return result_row(IMPL, args, ac, world, times, losses, compile_s=max(first - mean, 0.0), first_step_s=first,
                       graph_breaks=sum(counters["graph_break"].values()),
                       compiled_graphs=counters["stats"].get("unique_graphs", 0), fullgraph=args.fullgraph,
+                      fxgraph_cache_hits=counters["inductor"].get("fxgraph_cache_hit", 0),
+                      fxgraph_cache_misses=counters["inductor"].get("fxgraph_cache_miss", 0),
                       mem_before_gib=mem_before)
 
 
