@@ -81,23 +81,26 @@ engine() {  # shape dir ac-flag sdpa-backend ("" = the default choice)
 
 scripts/gpu/build.sh build-gpu enginery_fsdp bench_engine_train > "$out/build.log" 2>&1 &
 build=$!
+# Budget mode: while the build runs (the GPU otherwise idle), compile the compiled reference's graphs once per
+# shape, untimed, as soon as that shape's inputs exist, so the timed runs below find them in inductor's on-disk
+# caches. Its own process group (setsid), stopped when the build is done.
+warm=""
+if [ "$budget" = 1 ] && [ "${BENCH_REFERENCE:-1}" != 0 ] && [ "${BENCH_COMPILED:-1}" != 0 ]; then
+  setsid bash -c "for shape in $shapes; do d=/tmp/bench-\$shape
+    while [ ! -f \$d/tokens.bin ]; do sleep 2; done; sleep 2
+    torchrun --nproc-per-node 1 --master-port 29612 bench/gpu/reference_compiled.py --shape \$shape --model-dir \$d \
+      --tokens \$d/tokens.bin --seq 4096 --mbs 2 --steps 1 --warmup 1 --ac both; done" > "$out/compile-warmup.log" 2>&1 &
+  warm=$!
+  trap 'kill -- -$warm 2>/dev/null || true' EXIT
+fi
 inputs=$shapes
 [ -n "$sweep" ] && case " $shapes " in *" 1.5B "*) ;; *) inputs="$inputs 1.5B";; esac
 for shape in $inputs; do
   dir=/tmp/bench-$shape
   [ -f $dir/tokens.bin ] || (cd bench/gpu && python3 make_bench_inputs.py --shape $shape --out-dir $dir) > /dev/null 2>&1
 done
-# Budget mode: while the build still runs (the GPU idle), compile the compiled reference's graphs once per shape,
-# untimed, so the timed runs below find them in inductor's on-disk caches. Stopped when the build is done.
-warm=""
-if [ "$budget" = 1 ] && [ "${BENCH_REFERENCE:-1}" != 0 ] && [ "${BENCH_COMPILED:-1}" != 0 ] && kill -0 $build 2>/dev/null; then
-  setsid bash -c "for shape in $shapes; do torchrun --nproc-per-node 1 --master-port 29612 \
-    bench/gpu/reference_compiled.py --shape \$shape --model-dir /tmp/bench-\$shape --tokens /tmp/bench-\$shape/tokens.bin \
-    --seq 4096 --mbs 2 --steps 1 --warmup 1 --ac both; done" > "$out/compile-warmup.log" 2>&1 &
-  warm=$!
-fi
 wait $build || { echo "build failed"; tail -30 "$out/build.log"; exit 1; }
-if [ -n "$warm" ]; then  # its whole process group (setsid made it one), then wait until the GPU is free of it
+if [ -n "$warm" ]; then  # its whole process group, then wait until the GPU is free of it
   kill -- -$warm 2>/dev/null || true
   for _ in $(seq 30); do kill -0 -- -$warm 2>/dev/null || break; sleep 1; done
   wait $warm 2>/dev/null || true
