@@ -310,8 +310,8 @@ inline at::Tensor sdpa_gqa(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 // ---- attention on one named backend (a benchmarking switch) ----------------------------------------------------
-// ENGINERY_SDPA_BACKEND=auto|flash|cudnn|efficient|math, read once per process (docs/BENCHMARKS.md, "Attention
-// backend sweep"). It exists so one benchmark call can time each of aten's attention kernels on the same model; it
+// ENGINERY_SDPA_BACKEND=auto|flash|cudnn|efficient|math, read once per process (docs/BENCHMARKS.md, "How the GPU
+// comparison runs"). It exists so one benchmark call can time each of aten's attention kernels on the same model; it
 // is not configuration: unset or `auto` keeps at::scaled_dot_product_attention's own choice. Any other value makes
 // causal CUDA attention without a mask (models/layers.cpp) call that kernel's aten op directly, forward and, through
 // the op's autograd node, backward, and fail loudly where the kernel cannot run instead of falling back. CPU tensors,
