@@ -63,7 +63,9 @@ references() {  # shape dir
 
 engine() {  # shape dir ac-flag sdpa-backend ("" = the default choice)
   local shape=$1 dir=$2 ac=$3 sdpa=$4 tag=$1${3:+-ac}${4:+-$4} prof="" fpt
-  fpt=$(cd bench/gpu && python3 -c "from reference_fsdp2 import SHAPES, model_flops_per_token as f; print(f(SHAPES['$shape'], 4096))")
+  [ -s "$out/.flops-$shape" ] || (cd bench/gpu && python3 -c \
+    "from reference_fsdp2 import SHAPES, model_flops_per_token as f; print(f(SHAPES['$shape'], 4096))") > "$out/.flops-$shape"
+  fpt=$(cat "$out/.flops-$shape")
   [ -n "${BENCH_PROFILE:-}" ] && prof="--profile /tmp/eng-$tag.json"
   rm -f "$out/results.jsonl.$tag"
   capped ${BENCH_ENGINE_TIMEOUT:-240} env ENGINERY_SDPA_BACKEND=${sdpa:-auto} build-gpu/bin/bench_engine_train --model $dir \
