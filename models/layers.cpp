@@ -99,22 +99,31 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
                                        v[0].transpose(0, 1), ctx.packed, scale);
     return o_proj(out.reshape({b, t, heads_ * head_dim_}));
   }
+  // Under autocast q/k/v may differ in dtype (rope promotes); the fused kernels want one.
+  const auto dtype = v.scalar_type();
+  q = q.to(dtype);
+  k = k.to(dtype);
+  auto merge_heads = [&](const torch::Tensor& out) {
+    return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+  };
+  if (x.is_cuda() && !ctx.mask.defined()) {
+    // k and v keep their kv_heads here: the fused kernels read kv head h / (heads / kv_heads) themselves, so no
+    // expanded copies exist in the forward or are saved for backward.
+    const auto forced = compat::sdpa_backend_from_env();
+    if (forced != compat::SdpaBackend::kAuto) {
+      return merge_heads(compat::sdpa_on_backend(forced, q, k, v, /*is_causal=*/true, scale));
+    }
+    if (kv_heads_ != heads_ && compat::kSdpaHasGqa) {
+      return merge_heads(compat::sdpa_gqa(q, k, v, /*is_causal=*/true, scale));
+    }
+  }
   if (kv_heads_ != heads_) {
     // Grouped-query attention: query head h reads kv head h / (heads / kv_heads), as transformers' repeat_kv.
     const int64_t rep = heads_ / kv_heads_;
     k = k.unsqueeze(2).expand({b, kv_heads_, rep, t, head_dim_}).reshape({b, heads_, t, head_dim_});
     v = v.unsqueeze(2).expand({b, kv_heads_, rep, t, head_dim_}).reshape({b, heads_, t, head_dim_});
   }
-  // Under autocast q/k/v may differ in dtype (rope promotes); the fused kernels want one.
-  const auto dtype = v.scalar_type();
-  if (kv_heads_ != heads_ && compat::kSdpaHasGqa && x.is_cuda() && !ctx.mask.defined()) {
-    // The fused kernels read kv head h / (heads / kv_heads) themselves: no expanded copies of k and v, in the
-    // forward or saved for backward.
-    auto out = compat::sdpa_gqa(q.to(dtype), k.to(dtype), v, /*is_causal=*/true, scale);
-    return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
-  }
-  auto out = compat::sdpa(q.to(dtype), k.to(dtype), v, ctx.mask, /*is_causal=*/!ctx.mask.defined(), scale);
-  return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+  return merge_heads(compat::sdpa(q, k, v, ctx.mask, /*is_causal=*/!ctx.mask.defined(), scale));
 }
 
 MLPImpl::MLPImpl(const ModelArgs& a) {

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "host_api/comm_group.h"
+#include "host_api/error.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -31,7 +32,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
+#include <string>
 #include <system_error>
 
 #define ENGINERY_TORCH_AT_LEAST(major, minor) \
@@ -302,6 +306,88 @@ inline at::Tensor sdpa_gqa(const at::Tensor& q, const at::Tensor& k, const at::T
 #else
   (void)q, (void)k, (void)v, (void)is_causal, (void)scale;
   TORCH_CHECK(false, "sdpa_gqa needs LibTorch 2.5+ (compat::kSdpaHasGqa)");
+#endif
+}
+
+// ---- attention on one named backend (a benchmarking switch) ----------------------------------------------------
+// ENGINERY_SDPA_BACKEND=auto|flash|cudnn|efficient|math, read once per process (docs/BENCHMARKS.md, "How the GPU
+// comparison runs"). It exists so one benchmark call can time each of aten's attention kernels on the same model; it
+// is not configuration: unset or `auto` keeps at::scaled_dot_product_attention's own choice. Any other value makes
+// causal CUDA attention without a mask (models/layers.cpp) call that kernel's aten op directly, forward and, through
+// the op's autograd node, backward, and fail loudly where the kernel cannot run instead of falling back. CPU tensors,
+// masked attention and packed rows never read it.
+enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
+
+inline const char* sdpa_backend_name(SdpaBackend backend) {
+  static constexpr const char* kNames[] = {"auto", "flash", "cudnn", "efficient", "math"};
+  return kNames[static_cast<int>(backend)];
+}
+
+inline SdpaBackend parse_sdpa_backend(const char* value) {
+  const std::string v = value == nullptr ? "" : value;
+  if (v.empty()) return SdpaBackend::kAuto;
+  for (auto b : {SdpaBackend::kAuto, SdpaBackend::kFlash, SdpaBackend::kCudnn, SdpaBackend::kEfficient,
+                 SdpaBackend::kMath}) {
+    if (v == sdpa_backend_name(b)) return b;
+  }
+  throw EngineryError("unknown attention backend '" + v + "'", "ENGINERY_SDPA_BACKEND",
+                      "auto, flash, cudnn, efficient, math");
+}
+
+// The process's choice; a forced backend is said once on stderr, so a benchmark log shows what it measured.
+inline SdpaBackend sdpa_backend_from_env() {
+  static const SdpaBackend chosen = [] {
+    const SdpaBackend b = parse_sdpa_backend(std::getenv("ENGINERY_SDPA_BACKEND"));
+    if (b != SdpaBackend::kAuto) {
+      std::cerr << "enginery: ENGINERY_SDPA_BACKEND=" << sdpa_backend_name(b)
+                << ": causal CUDA attention without a mask calls that aten kernel directly\n";
+    }
+    return b;
+  }();
+  return chosen;
+}
+
+// softmax(q k^T * scale) v, causal or not, no mask, no dropout, on `backend` (not kAuto). q [B, H, T, D]; k/v
+// [B, Hkv, S, D] with H % Hkv == 0, query head h reading kv head h / (H / Hkv) as in sdpa_gqa: the flash and cuDNN
+// kernels read the kv heads themselves, the memory-efficient and math kernels get expanded copies. Versions: 2.6+.
+// The flash, memory-efficient and math ops have had these signatures since 2.1 (math's trailing enable_gqa, 2.5,
+// stays defaulted); the cuDNN op took its attn_bias and compute_log_sumexp arguments during 2.5-2.6. Earlier
+// versions have no switch.
+constexpr bool kHasSdpaBackendChoice = ENGINERY_TORCH_AT_LEAST(2, 6);
+
+inline at::Tensor sdpa_on_backend(SdpaBackend backend, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  bool is_causal, double scale) {
+#if ENGINERY_TORCH_AT_LEAST(2, 6)
+  // As at::scaled_dot_product_attention decides: the log-sum-exp is what backward reads.
+  const bool for_backward =
+      at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  const int64_t rep = q.size(1) / k.size(1);
+  auto expanded = [rep](const at::Tensor& t) { return rep == 1 ? t : t.repeat_interleave(rep, 1); };
+  const c10::optional<at::Tensor> no_mask;
+  switch (backend) {
+    case SdpaBackend::kFlash:
+      return std::get<0>(at::_scaled_dot_product_flash_attention(q, k, v, /*dropout_p=*/0.0, is_causal,
+                                                                 /*return_debug_mask=*/false, scale));
+    case SdpaBackend::kCudnn:
+      return std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, no_mask, for_backward, /*dropout_p=*/0.0,
+                                                                 is_causal, /*return_debug_mask=*/false, scale));
+    case SdpaBackend::kEfficient:
+      return std::get<0>(at::_scaled_dot_product_efficient_attention(q, expanded(k), expanded(v), no_mask,
+                                                                     for_backward, /*dropout_p=*/0.0, is_causal,
+                                                                     scale));
+    case SdpaBackend::kMath:
+      return std::get<0>(at::_scaled_dot_product_attention_math(q, expanded(k), expanded(v), no_mask,
+                                                                /*dropout_p=*/0.0, is_causal,
+                                                                /*dropout_mask=*/no_mask, scale));
+    case SdpaBackend::kAuto:
+      break;
+  }
+  throw EngineryError("sdpa_on_backend needs a named backend", "ENGINERY_SDPA_BACKEND",
+                      "flash, cudnn, efficient, math");
+#else
+  (void)q, (void)k, (void)v, (void)is_causal, (void)scale;
+  throw EngineryError(std::string("backend '") + sdpa_backend_name(backend) + "' needs LibTorch 2.6+",
+                      "ENGINERY_SDPA_BACKEND", "auto");
 #endif
 }
 

@@ -46,10 +46,9 @@ def init_rank(seed):
     return dist.get_rank()
 
 
-def fsdp2_model_and_optimizer(model_dir, shape, ac, lr):
-    """The HF model from `model_dir` (random init of `shape` without one), fp32 master weights, sdpa attention,
-    `fully_shard` per decoder layer and on the root with bf16 compute / fp32 reduction, fused AdamW."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def hf_model(model_dir, shape):
+    """The HF model from `model_dir` (random init of `shape` without one): fp32 master weights, sdpa attention, on
+    the GPU, in training mode."""
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if model_dir:
@@ -61,93 +60,156 @@ def fsdp2_model_and_optimizer(model_dir, shape, ac, lr):
         with torch.device("cuda"):
             model = Qwen2ForCausalLM(cfg)
     model.train()  # from_pretrained returns eval mode, where transformers skips activation checkpointing
+    return model
+
+
+def adamw(model, lr):
+    """The optimizer of both references: torch's fused AdamW."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.01, fused=True)
+
+
+def fsdp2_model_and_optimizer(model_dir, shape, ac, lr):
+    """hf_model(), `fully_shard` per decoder layer and on the root with bf16 compute / fp32 reduction, fused AdamW."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    model = hf_model(model_dir, shape)
     if ac:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.01, fused=True)
-    return model, opt
+    return model, adamw(model, lr)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="1.5B", choices=sorted(SHAPES))
-    ap.add_argument("--seq", type=int, default=4096)
-    ap.add_argument("--mbs", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--ac", action="store_true", help="activation checkpointing per decoder layer")
-    ap.add_argument("--lr", type=float, default=1e-5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="")
-    ap.add_argument("--model-dir", default="", help="HF dir made by make_bench_inputs.py (same init as the engine)")
-    ap.add_argument("--tokens", default="", help="int32 token file made by make_bench_inputs.py (same data)")
-    ap.add_argument("--profile", default="", help="after the timed steps, profile one more step into this chrome trace")
-    args = ap.parse_args()
+def read_tokens(path):
+    """The int32 token file of make_bench_inputs.py as int64 (None without one: random tokens then)."""
+    if not path:
+        return None
+    import numpy as np
+    return torch.from_numpy(np.fromfile(path, dtype=np.int32).astype(np.int64))
 
-    rank = init_rank(args.seed)
-    shape = SHAPES[args.shape]
-    model, opt = fsdp2_model_and_optimizer(args.model_dir, shape, args.ac, args.lr)
 
-    gen = torch.Generator(device="cuda").manual_seed(args.seed + rank)
-    world = dist.get_world_size()
-    tokens = None
-    if args.tokens:
-        import numpy as np
-        tokens = torch.from_numpy(np.fromfile(args.tokens, dtype=np.int32).astype(np.int64))
-    losses = []
+def step_ids(tokens, step, args, rank, world, vocab, gen):
+    """Step `step`'s [mbs, seq] input of this rank: the rows bench_engine_train.cpp reads from the same file."""
+    if tokens is None:
+        return torch.randint(0, vocab, (args.mbs, args.seq), device="cuda", generator=gen)
+    off = (step * world + rank) * args.mbs * args.seq
+    return tokens[off:off + args.mbs * args.seq].view(args.mbs, args.seq).cuda()
+
+
+def timed_training(train_step, ids_for_step, warmup, steps):
+    """Runs warmup + steps of `train_step(ids) -> loss` (forward, backward, clip, optimizer step), each timed alone
+    between synchronisations. Returns (times of the timed steps, every step's loss, the first step's seconds)."""
     torch.cuda.reset_peak_memory_stats()
-    times = []
-    for step in range(args.warmup + args.steps):
-        if tokens is not None:  # the engine bench reads the same rows (bench_engine_train.cpp)
-            off = (step * world + rank) * args.mbs * args.seq
-            ids = tokens[off:off + args.mbs * args.seq].view(args.mbs, args.seq).cuda()
-        else:
-            ids = torch.randint(0, shape["vocab_size"], (args.mbs, args.seq), device="cuda", generator=gen)
+    times, losses, first = [], [], 0.0
+    for step in range(warmup + steps):
+        ids = ids_for_step(step)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        loss = train_step(ids)
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        if step == 0:
+            first = elapsed
+        if step >= warmup:
+            times.append(elapsed)
+        losses.append(loss.item())
+    return times, losses, first
+
+
+def result_row(impl, args, ac, world, times, losses, **extra):
+    """The JSON line every row of results.jsonl has (make_table.py reads it)."""
+    shape = SHAPES[args.shape]
+    tok_s = args.mbs * args.seq * world * len(times) / sum(times)
+    return dict(impl=impl, shape=args.shape, seq=args.seq, mbs=args.mbs, ac=ac, world=world, steps=len(times),
+                tokens_per_s=tok_s, mfu=tok_s * model_flops_per_token(shape, args.seq) / (PEAK_BF16_FLOPS * world),
+                peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, final_loss=losses[-1], losses=losses,
+                flops_per_token=model_flops_per_token(shape, args.seq), torch=torch.__version__, **extra)
+
+
+def emit(result, rank, out):
+    """One JSON line on stdout (rank 0), appended to `out` when given."""
+    if rank != 0:
+        return
+    print(json.dumps(result), flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(result) + "\n")
+
+
+def eager_train_step(model, opt):
+    """One step of this recipe: transformers' own loss (labels = inputs, shifted inside), clip at 1.0, AdamW."""
+    def step(ids):
         out = model(input_ids=ids, labels=ids)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return out.loss.detach()
+    return step
+
+
+def run_eager(args, ac, rank, world, tokens, gen):
+    """This recipe at one AC setting: builds, trains warmup + steps, returns the result row and the model."""
+    shape = SHAPES[args.shape]
+    model, opt = fsdp2_model_and_optimizer(args.model_dir, shape, ac, args.lr)
+    times, losses, _ = timed_training(eager_train_step(model, opt),
+                                      lambda s: step_ids(tokens, s, args, rank, world, shape["vocab_size"], gen),
+                                      args.warmup, args.steps)
+    return result_row("pytorch-fsdp2+transformers", args, ac, world, times, losses), model, opt
+
+
+def profile_step(model, opt, ids, path, rank):
+    """One more step under the profiler, its chrome trace written to `path` (profile_summary.py reads it)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("ref::forward"):
+            out = model(input_ids=ids, labels=ids)
+        with record_function("ref::backward"):
+            out.loss.backward()
+        with record_function("ref::clip"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        with record_function("ref::optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
-        losses.append(out.loss.item())
-    if args.profile:
-        from torch.profiler import ProfilerActivity, profile, record_function
-        off = ((args.warmup + args.steps) * world + rank) * args.mbs * args.seq
-        ids = tokens[off:off + args.mbs * args.seq].view(args.mbs, args.seq).cuda()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            with record_function("ref::forward"):
-                out = model(input_ids=ids, labels=ids)
-            with record_function("ref::backward"):
-                out.loss.backward()
-            with record_function("ref::clip"):
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            with record_function("ref::optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-        if rank == 0:
-            prof.export_chrome_trace(args.profile)
-    tokens_per_step = args.mbs * args.seq * world
-    tok_s = tokens_per_step * len(times) / sum(times)
-    mfu = tok_s * model_flops_per_token(shape, args.seq) / (PEAK_BF16_FLOPS * world)
-    result = dict(impl="pytorch-fsdp2+transformers", shape=args.shape, seq=args.seq, mbs=args.mbs, ac=args.ac,
-                  world=world, steps=args.steps, tokens_per_s=tok_s, mfu=mfu,
-                  peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, final_loss=losses[-1], losses=losses,
-                  flops_per_token=model_flops_per_token(shape, args.seq),
-                  torch=torch.__version__)
     if rank == 0:
-        print(json.dumps(result), flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(json.dumps(result) + "\n")
+        prof.export_chrome_trace(path)
+
+
+def common_args(description):
+    """The flags both reference scripts take (same shapes, inputs and step counts as the engine's bench)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--shape", default="1.5B", choices=sorted(SHAPES))
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--mbs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--model-dir", default="", help="HF dir made by make_bench_inputs.py (same init as the engine)")
+    ap.add_argument("--tokens", default="", help="int32 token file made by make_bench_inputs.py (same data)")
+    return ap
+
+
+def main():
+    ap = common_args(__doc__)
+    ap.add_argument("--ac", action="store_true", help="activation checkpointing per decoder layer")
+    ap.add_argument("--profile", default="", help="after the timed steps, profile one more step into this chrome trace")
+    args = ap.parse_args()
+
+    rank = init_rank(args.seed)
+    world = dist.get_world_size()
+    gen = torch.Generator(device="cuda").manual_seed(args.seed + rank)
+    tokens = read_tokens(args.tokens)
+    result, model, opt = run_eager(args, args.ac, rank, world, tokens, gen)
+    if args.profile:
+        ids = step_ids(tokens, args.warmup + args.steps, args, rank, world, SHAPES[args.shape]["vocab_size"], gen)
+        profile_step(model, opt, ids, args.profile, rank)
+    emit(result, rank, args.out)
     dist.destroy_process_group()
 
 
