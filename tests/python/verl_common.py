@@ -106,3 +106,16 @@ def read_safetensors_dir(directory):
             flat = torch.frombuffer(raw, dtype=_SAFETENSORS_DTYPES[info["dtype"]]) if raw else torch.empty(0)
             tensors[name] = flat.reshape(info["shape"]).clone()
     return tensors
+
+
+def safetensors_names(directory):
+    """The tensor names of a Hugging Face directory's *.safetensors files (headers only)."""
+    import json
+    import os
+    import struct
+    names = set()
+    for file in sorted(f for f in os.listdir(directory) if f.endswith(".safetensors")):
+        with open(os.path.join(directory, file), "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            names.update(k for k in json.loads(f.read(header_len)) if k != "__metadata__")
+    return names

@@ -93,7 +93,7 @@ def engine_loss_mask(data, loss_mask, lengths, width):
         out = pad_rows([r.to(torch.float32) for r in rows], width, 0.0)
     else:  # the response mask [batch, response_width]: response token j of row b sits at n_b - r_b + j
         responses = response_lengths(data, len(lengths), loss_mask.shape[1])
-        out = torch.zeros(len(lengths), width, dtype=torch.float32)
+        out = torch.zeros(len(lengths), width, dtype=torch.float32, device=loss_mask.device)
         for b, (n, r) in enumerate(zip(lengths, responses)):
             if r > n or r > loss_mask.shape[1]:
                 raise LayoutError(f"row {b}: a response of {r} tokens in a sequence of {n} with loss_mask width "
@@ -171,11 +171,11 @@ class Layout:
 
     def output(self, name, padded):
         """An engine output [rows, seq] in the caller's layout (keeps the autograd graph)."""
-        if name in SHIFTED_OUTPUTS:  # verl's position t holds the engine's t + 1; the last position has none
-            padded = torch.cat([padded[:, 1:], torch.zeros_like(padded[:, :1])], dim=1)
+        shifted = name in SHIFTED_OUTPUTS  # verl's position t holds the engine's t + 1; the last one has none
         if self.lengths is None:
-            return padded
-        rows = [padded[i, :n] for i, n in enumerate(self.lengths)]
+            return torch.cat([padded[:, 1:], torch.zeros_like(padded[:, :1])], dim=1) if shifted else padded
+        zero = padded.new_zeros(1)
+        rows = [torch.cat([padded[i, 1:n], zero]) if shifted else padded[i, :n] for i, n in enumerate(self.lengths)]
         if self.jagged:
             offsets = torch.tensor([0] + self.lengths, device=padded.device).cumsum(0)
             return torch.nested.nested_tensor_from_jagged(torch.cat(rows), offsets)
