@@ -41,6 +41,8 @@ def _section(config, section):
         return {key: config[key] for key in config.keys()}
     if dataclasses.is_dataclass(config):
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        if section == "model" and values.get("local_path"):  # verl's copy of `path` on this machine
+            values["path"] = values["local_path"]
         return {key: values[key] for key in _DATACLASS_FIELDS[section] if values.get(key) is not None}
     raise _error(f"a {type(config).__name__}", f"enginery.verl {section} config", "a dict or verl's config dataclass")
 
@@ -205,9 +207,11 @@ class ValueModelEngine(EngineryVerlEngine):
 # Batch metadata the adapter reads; everything else in the batch goes to the loss function untouched.
 def _check_metadata(data):
     temperature = layout.get(data, "temperature", 1.0)
-    if isinstance(temperature, torch.Tensor):
-        temperature = temperature.flatten()[0].item() if temperature.numel() else 1.0
-    if not isinstance(temperature, (int, float)) or not math.isclose(float(temperature), 1.0):
+    if isinstance(temperature, torch.Tensor):  # one per row is allowed; all must be 1
+        unscaled = bool(torch.all(temperature == 1)) if temperature.numel() else True
+    else:
+        unscaled = isinstance(temperature, (int, float)) and math.isclose(float(temperature), 1.0)
+    if not unscaled:
         raise _error(f"batch['temperature'] = {temperature}: the engines compute log-probs of the unscaled logits",
                      "enginery.verl forward_backward_batch", "1.0")
     pad_mode = layout.get(data, "pad_mode")
