@@ -52,7 +52,8 @@ def test_outputs_come_back_in_verls_layout(jagged):
 def test_sft_mask_aligned_with_input_ids_and_padded_input_pass_through():
     prompts, responses = verl_common.sequences()
     data = verl_common.verl_batch(prompts, responses)
-    data["loss_mask"] = [torch.cat([torch.zeros(p.shape[0]), torch.ones(r.shape[0])]) for p, r in zip(prompts, responses)]
+    data["loss_mask"] = [torch.cat([torch.zeros(p.shape[0]), torch.ones(r.shape[0])])
+                         for p, r in zip(prompts, responses)]
     batch, _ = layout.to_engine_batch(data)
     assert torch.equal(batch["loss_mask"], verl_common.plain_batch(prompts, responses)["loss_mask"])
 
