@@ -19,10 +19,25 @@ import warnings
 # First: loads LibTorch and registers torch's Python types, which the extension converts to and from.
 import torch
 
-from ._enginery import Engine, EngineryError, LossContext, ModeContext  # noqa: F401
+from ._enginery import Engine, EngineryError, LossContext, ModeContext, WeightBuckets, WeightStream  # noqa: F401
 from . import _enginery
 
-__all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "load_plugins", "plugins", "new_engine"]
+__all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "WeightBuckets", "WeightStream", "load_plugins",
+           "plugins", "new_engine"]
+
+
+def _get_per_tensor_param(self, dtype=None):
+    """Every full weight as (Hugging Face name, tensor), one FSDP unit gathered at a time, in `dtype` (None: fp32,
+    the master weights' precision; a rollout engine wants torch.bfloat16). Collective: every rank must exhaust the
+    generator. The stream may reuse a unit's buffer for the next unit, so each tensor handed out is a copy
+    (host_api/weight_export.h); Engine.weight_buckets(dtype, bucket_bytes) packs them into flat buffers instead."""
+    for group in self.weight_stream(torch.float32 if dtype is None else dtype):
+        for name, tensor in group:
+            yield name, tensor.clone()
+
+
+# A generator is simplest written in Python; the pybind11 class takes it as a method.
+Engine.get_per_tensor_param = _get_per_tensor_param
 
 
 def load_plugins(dirs):

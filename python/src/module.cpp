@@ -4,12 +4,15 @@
 #include "host_api/error.h"
 #include "python/src/py_engine.h"
 #include "python/src/py_factory.h"
+#include "python/src/py_weights.h"
 
 namespace py = pybind11;
 using enginery::LossContext;
 using enginery::python::EngineRequest;
 using enginery::python::ModeContext;
 using enginery::python::PyEngine;
+using enginery::python::PyWeightBuckets;
+using enginery::python::PyWeightStream;
 
 namespace {
 
@@ -49,7 +52,21 @@ void bind_engine(py::module_& m) {
       .def("to", &PyEngine::to, py::arg("device"), py::arg("model") = true, py::arg("optimizer") = true,
            py::arg("grad") = true)
       .def("get_data_parallel_rank", &PyEngine::data_parallel_rank)
-      .def("get_data_parallel_size", &PyEngine::data_parallel_size);
+      .def("get_data_parallel_size", &PyEngine::data_parallel_size)
+      // Collective (every rank iterates to the end); enginery.Engine.get_per_tensor_param wraps weight_stream.
+      .def(
+          "weight_stream",
+          [](const PyEngine& self, const py::handle& dtype) {
+            return PyWeightStream(self.engine(), enginery::python::dtype_from(dtype, "weight_stream"));
+          },
+          py::arg("dtype"))
+      .def(
+          "weight_buckets",
+          [](const PyEngine& self, const py::handle& dtype, int64_t bucket_bytes) {
+            return PyWeightBuckets(self.engine(), enginery::python::dtype_from(dtype, "weight_buckets"),
+                                   bucket_bytes);
+          },
+          py::arg("dtype"), py::arg("bucket_bytes"));
 }
 
 }  // namespace
@@ -59,6 +76,7 @@ PYBIND11_MODULE(_enginery, m) {
   py::register_exception<enginery::EngineryError>(m, "EngineryError", PyExc_RuntimeError);
   bind_loss_context(m);
   bind_engine(m);
+  enginery::python::bind_weights(m);
   m.def("_load_plugins", &enginery::python::load_plugins, py::arg("dirs"));
   m.def("_plugins", &enginery::python::plugins);
   m.def(

@@ -45,6 +45,8 @@ class PyEngine {
 
   int64_t data_parallel_rank() const { return engine_->get_data_parallel_rank(); }
   int64_t data_parallel_size() const { return engine_->get_data_parallel_size(); }
+  // For the weight iterators (py_weights.h), which keep the engine alive while they stream.
+  const std::shared_ptr<BaseEngine>& engine() const { return engine_; }
 
  private:
   std::shared_ptr<BaseEngine> engine_;

@@ -1,0 +1,270 @@
+"""An enginery engine behind verl's BaseEngine methods (verl/workers/engine/base.py): what verl's workers call, with
+verl's data layout (layout.py), loss-function signature and result structure. docs/ARCHITECTURE.md, "The contract".
+"""
+import dataclasses
+import math
+
+import torch
+
+import enginery
+
+from . import layout
+from .layout import LayoutError
+
+BACKEND_PREFIX = "enginery_"
+# verl config fields the engine reads, by section, when a config comes as verl's dataclass (not a dict): verl's
+# dataclasses carry every field of every backend, most of which mean nothing here. A dict is passed whole, so an
+# unknown key there is an error naming it.
+_DATACLASS_FIELDS = {
+    "model": ("path", "tokenizer_path", "trust_remote_code", "override_dtype", "use_remove_padding",
+              "enable_gradient_checkpointing"),
+    "engine": ("strategy", "micro_batch_size_per_gpu", "use_dynamic_bsz", "max_token_len_per_gpu", "fsdp_size",
+               "reshard_after_forward", "forward_prefetch", "mixed_precision", "model_dtype", "seed",
+               "forward_only", "entropy_from_logits_with_chunking"),
+    "optim": ("optimizer", "lr", "betas", "eps", "weight_decay", "clip_grad", "lr_scheduler_type",
+              "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "total_training_steps"),
+    "checkpoint": ("save_contents", "load_contents", "async_save"),
+}
+
+
+def _error(what, where, allowed):
+    return enginery.EngineryError(f"{where}: {what} (allowed: {allowed})")
+
+
+def _section(config, section):
+    """One of verl's config objects as a dict of the engine's keys."""
+    if config is None:
+        return {}
+    if isinstance(config, dict):
+        return dict(config)
+    if hasattr(config, "items") and hasattr(config, "keys"):  # OmegaConf DictConfig and other mappings
+        return {key: config[key] for key in config.keys()}
+    if dataclasses.is_dataclass(config):
+        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        if section == "model" and values.get("local_path"):  # verl's copy of `path` on this machine
+            values["path"] = values["local_path"]
+        return {key: values[key] for key in _DATACLASS_FIELDS[section] if values.get(key) is not None}
+    raise _error(f"a {type(config).__name__}", f"enginery.verl {section} config", "a dict or verl's config dataclass")
+
+
+def backend_of(strategy):
+    """verl's backend name (enginery_fsdp) -> the enginery backend (fsdp)."""
+    if not isinstance(strategy, str) or not strategy.startswith(BACKEND_PREFIX):
+        raise _error(f"'{strategy}'", "engine_config.strategy", BACKEND_PREFIX + "<backend>, e.g. enginery_fsdp")
+    return strategy[len(BACKEND_PREFIX):]
+
+
+class _ModeContext:
+    """verl's train/eval contexts: the engine's mode inside, engine.mode set as verl's contexts set it, and (train)
+    gradients zeroed on exit, as verl's FSDP engine does."""
+
+    def __init__(self, owner, training):
+        self._owner = owner
+        self._training = training
+        self._inner = None
+
+    def __enter__(self):
+        engine = self._owner._engine
+        self._inner = engine.train_mode() if self._training else engine.eval_mode()
+        self._inner.__enter__()
+        self._owner.mode = "train" if self._training else "eval"
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self._training:
+                self._owner.optimizer_zero_grad()
+        finally:
+            self._inner.__exit__(*exc)
+            self._owner.mode = None
+        return False
+
+
+class EngineryVerlEngine:
+    """verl's BaseEngine method set over an enginery engine. Constructed as verl's EngineRegistry constructs
+    engines: EngineRegistry.new(model_type, "enginery_fsdp", model_config=..., engine_config=...,
+    optimizer_config=..., checkpoint_config=...). Configs are dicts of enginery's keys (model.*, engine.*, optim.*,
+    checkpoint.*, by section) or verl's config dataclasses. The process group is torch.distributed's default one."""
+
+    model_type = None  # set by the subclasses: verl passes it to the registry, not to the constructor
+
+    def __init__(self, model_config=None, engine_config=None, optimizer_config=None, checkpoint_config=None, *,
+                 device=None, plugin_dirs=(), backend=None):
+        sections = {"model": _section(model_config, "model"), "engine": _section(engine_config, "engine"),
+                    "optim": _section(optimizer_config, "optim"),
+                    "checkpoint": _section(checkpoint_config, "checkpoint")}
+        strategy = sections["engine"].pop("strategy", None)
+        self.backend = backend if backend is not None else backend_of(strategy or BACKEND_PREFIX + "fsdp")
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        enginery.load_plugins(list(plugin_dirs))
+        self._engine = enginery.new_engine(self.model_type, self.backend, self.device, sections)
+        self.mode = None
+
+    # --- lifecycle and modes ---
+    def initialize(self):
+        self._engine.initialize()
+
+    def train_mode(self, **kwargs):
+        return _ModeContext(self, training=True)
+
+    def eval_mode(self, **kwargs):
+        return _ModeContext(self, training=False)
+
+    # enginery honours neither engine.param_offload nor engine.optimizer_offload: offload is the caller's to().
+    @property
+    def is_param_offload_enabled(self):
+        return False
+
+    @property
+    def is_optimizer_offload_enabled(self):
+        return False
+
+    # --- steps ---
+    def forward_backward_batch(self, data, loss_function, forward_only=False):
+        """verl's forward_backward_batch: {"model_output": {name: per-row outputs in the batch's layout and row
+        order}, "loss": [one float per micro-batch], "metrics": {name: [one value per micro-batch]}}."""
+        try:
+            call = _Call(self, data, loss_function)
+        except LayoutError as e:
+            raise _error(e.what, "enginery.verl forward_backward_batch", e.allowed) from None
+        out = self._engine.forward_backward_batch(call.batch, call.engine_loss if loss_function else None,
+                                                  forward_only)
+        return call.result(out)
+
+    def train_batch(self, data, loss_function):
+        """verl's train_batch: zero grad, forward and backward, optimizer step; metrics["grad_norm"] is the norm. The
+        learning rate steps in lr_scheduler_step(), which verl's workers call themselves."""
+        self.optimizer_zero_grad()
+        outputs = self.forward_backward_batch(data, loss_function, forward_only=False)
+        grad_norm = self.optimizer_step()
+        if self.is_mp_src_rank_with_outputs():
+            outputs["metrics"]["grad_norm"] = grad_norm
+        return outputs
+
+    def infer_batch(self, data, loss_function=None):
+        with torch.no_grad():
+            return self.forward_backward_batch(data, loss_function, forward_only=True)
+
+    def optimizer_zero_grad(self):
+        self._engine.optimizer_zero_grad()
+
+    def optimizer_step(self):
+        """The grad norm before clipping (a float); not finite: the step was skipped on every rank."""
+        return self._engine.optimizer_step()
+
+    def lr_scheduler_step(self):
+        return self._engine.lr_scheduler_step()
+
+    # --- weights, state, topology ---
+    def get_per_tensor_param(self, dtype=None, **kwargs):
+        """(generator of (HF name, full tensor), None): verl's pair, the second being the PEFT config enginery never
+        has. Collective: every rank must exhaust the generator."""
+        return self._engine.get_per_tensor_param(dtype), None
+
+    def to(self, device, model=True, optimizer=True, grad=True):
+        if not model and (optimizer or grad):
+            raise _error("optimizer or grad moved without the model", "enginery.verl to", "model=True with them")
+        self._engine.to(device, model=model, optimizer=optimizer, grad=grad)
+
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None, **kwargs):
+        _no_hdfs(hdfs_path, "save_checkpoint")
+        self._engine.save_checkpoint(local_path, global_step, max_ckpt_to_keep)
+
+    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=True, **kwargs):
+        # del_local_after_load deletes verl's local copy of an HDFS checkpoint; with no HDFS there is no copy.
+        _no_hdfs(hdfs_path, "load_checkpoint")
+        self._engine.load_checkpoint(local_path)
+
+    def get_data_parallel_rank(self):
+        return self._engine.get_data_parallel_rank()
+
+    def get_data_parallel_size(self):
+        return self._engine.get_data_parallel_size()
+
+    def get_data_parallel_group(self):
+        """torch.distributed's default group, which the engine was built on (data parallel is the whole world);
+        None without torch.distributed."""
+        import torch.distributed as dist
+        return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+
+    def is_mp_src_rank_with_outputs(self):
+        return True  # no tensor or sequence parallelism: every rank holds its rows' outputs
+
+
+def _no_hdfs(hdfs_path, where):
+    if hdfs_path is not None:
+        raise _error(f"hdfs_path = '{hdfs_path}'", f"enginery.verl {where}", "None (local paths only)")
+
+
+class LanguageModelEngine(EngineryVerlEngine):
+    model_type = "language_model"
+
+
+class ValueModelEngine(EngineryVerlEngine):
+    model_type = "value_model"
+
+
+# Batch metadata the adapter reads; everything else in the batch goes to the loss function untouched.
+def _check_metadata(data):
+    temperature = layout.get(data, "temperature", 1.0)
+    if isinstance(temperature, torch.Tensor):  # one per row is allowed; all must be 1
+        unscaled = bool(torch.all(temperature == 1)) if temperature.numel() else True
+    else:
+        unscaled = isinstance(temperature, (int, float)) and math.isclose(float(temperature), 1.0)
+    if not unscaled:
+        raise _error(f"batch['temperature'] = {temperature}: the engines compute log-probs of the unscaled logits",
+                     "enginery.verl forward_backward_batch", "1.0")
+    pad_mode = layout.get(data, "pad_mode")
+    if pad_mode is not None and "no_padding" not in str(getattr(pad_mode, "value", pad_mode)).lower():
+        raise _error(f"batch['pad_mode'] = {pad_mode}", "enginery.verl forward_backward_batch", "no_padding")
+    entropy = layout.get(data, "calculate_entropy", False)
+    if not isinstance(entropy, bool):
+        raise _error(f"batch['calculate_entropy'] is a {type(entropy).__name__}",
+                     "enginery.verl forward_backward_batch", "True, False")
+    return entropy
+
+
+class _Call:
+    """One forward_backward_batch: the engine's batch, the loss function as the engine calls it, and verl's result
+    put together from what each micro-batch's loss saw."""
+
+    def __init__(self, owner, data, loss_function):
+        calculate_entropy = _check_metadata(data)
+        pad_token_id = layout.get(data, "pad_token_id", 0)
+        self.batch, self.layout = layout.to_engine_batch(data, pad_token_id if isinstance(pad_token_id, int) else 0)
+        self.batch["calculate_entropy"] = calculate_entropy
+        self.data = data
+        self.size = self.batch[layout.ROW_KEY].shape[0]
+        self.loss_function = loss_function
+        self.owner = owner
+        self.losses = []
+        self.metrics = {}
+
+    def engine_loss(self, model_output, micro, ctx):
+        """The engine's loss callback: verl's loss_function(model_output=, data=, dp_group=) on verl's rows of this
+        micro-batch, its outputs in verl's layout. verl's losses multiply by dp_size because FSDP averages
+        gradients over ranks; enginery sums them (docs/ARCHITECTURE.md, "One step"), so the loss handed back for
+        backward is divided by dp_size. The value reported is the loss function's own."""
+        rows = micro[layout.ROW_KEY].tolist()
+        if float(micro["loss_mask"].sum()) == 0.0 and float(self.batch["loss_mask"][rows].sum()) > 0.0:
+            # A filler (a rank with fewer rows runs one so its collectives pair up): no loss, zero gradients.
+            return next(iter(model_output.values())).sum() * 0.0
+        sub = self.layout.subset(rows)
+        verl_output = {name: sub.output(name, value) for name, value in model_output.items()}
+        verl_data = layout.select_rows(self.data, rows, self.size)
+        verl_data["batch_num_tokens"] = ctx.global_num_tokens
+        verl_data["dp_size"] = ctx.dp_size
+        returned = self.loss_function(model_output=verl_output, data=verl_data,
+                                      dp_group=self.owner.get_data_parallel_group())
+        loss, metrics = returned if isinstance(returned, tuple) else (returned, {})
+        if not isinstance(loss, torch.Tensor):
+            raise _error(f"loss_function returned a {type(loss).__name__} loss", "enginery.verl loss_function",
+                         "(torch.Tensor, dict)")
+        self.losses.append(float(loss.detach()))
+        for name, value in (metrics or {}).items():
+            self.metrics.setdefault(name, []).append(value)
+        return loss / ctx.dp_size
+
+    def result(self, out):
+        model_output = {name: self.layout.output(name, value) for name, value in out["model_output"].items()}
+        return {"model_output": model_output, "loss": self.losses, "metrics": self.metrics}

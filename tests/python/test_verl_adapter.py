@@ -1,0 +1,231 @@
+"""enginery.verl against the contract of verl's engines (verl/workers/engine/base.py and its FSDP engine), on CPU
+with the built-in tiny Qwen2: verl's constructor and method set, its no-padding batch (lists of tensors here;
+jagged nested tensors too where torch has them), loss_function(model_output=, data=, dp_group=), the result
+{"model_output", "loss": [per micro-batch], "metrics": {name: [per micro-batch]}}, and the same numbers as the
+engine driven directly (enginery.new_engine) on the equivalent padded batch."""
+import math
+
+import enginery
+import pytest
+import torch
+from enginery import verl as enginery_verl
+from enginery.verl import layout
+
+import common
+import verl_common
+
+MODEL = {"path": "builtin:qwen2-tiny"}
+ENGINE = {"strategy": "enginery_fsdp", "micro_batch_size_per_gpu": 2, "mixed_precision": {"param_dtype": "fp32"}}
+OPTIM = {"lr": 1e-2, "weight_decay": 0.0}
+
+
+def adapter(cls=enginery_verl.LanguageModelEngine, **extra):
+    engine = cls(model_config=MODEL, engine_config={**ENGINE, **extra}, optimizer_config=OPTIM,
+                 checkpoint_config=None, device="cpu", plugin_dirs=[common.PLUGIN_DIR])
+    engine.initialize()
+    return engine
+
+
+def direct(model_type="language_model"):
+    engine = enginery.new_engine(model_type, "fsdp", "cpu", common.CONFIG)
+    engine.initialize()
+    return engine
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-7)
+
+
+@pytest.mark.parametrize("jagged", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not layout.has_jagged(), reason="torch.nested has no jagged layout before 2.1"))])
+def test_log_probs_are_the_engines_in_verls_layout_and_order(jagged):
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses, jagged=jagged)
+    data["calculate_entropy"] = True
+    engine = adapter()
+    with engine.eval_mode():
+        assert engine.mode == "eval"
+        out = engine.infer_batch(data)
+    assert engine.mode is None
+    assert set(out) == {"model_output", "loss", "metrics"} and out["loss"] == [] and out["metrics"] == {}
+    plain = direct().infer_batch({**verl_common.plain_batch(prompts, responses), "calculate_entropy": True})
+    for name in ("log_probs", "entropy"):
+        got = out["model_output"][name]
+        if jagged:
+            assert got.is_nested and got.layout == torch.jagged
+        want = plain["model_output"][name]
+        for r, row in enumerate(verl_common.rows_of(got)):
+            n = prompts[r].shape[0] + responses[r].shape[0]
+            assert row.shape == (n,)
+            assert torch.equal(row[: n - 1], want[r, 1:n]), (name, r)  # position t: token t + 1
+            assert row[n - 1] == 0
+
+
+def test_value_model_values_per_token():
+    prompts, responses = verl_common.sequences()
+    engine = adapter(enginery_verl.ValueModelEngine)
+    out = engine.infer_batch(verl_common.verl_batch(prompts, responses))
+    want = direct("value_model").infer_batch(verl_common.plain_batch(prompts, responses))["model_output"]["values"]
+    for r, row in enumerate(out["model_output"]["values"]):
+        n = prompts[r].shape[0] + responses[r].shape[0]
+        assert torch.equal(row, want[r, :n]), r
+
+
+def test_train_batch_as_verl_and_as_the_engine_directly():
+    """verl's SFT loss through the adapter equals the engine's own SFT loss on the padded batch, step for step."""
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    plain = verl_common.plain_batch(prompts, responses)
+    engine, reference = adapter(), direct()
+    calls = []
+
+    def loss_function(model_output, data, dp_group):  # verl calls it by keyword, with these three names
+        calls.append((sorted(model_output), data["batch_num_tokens"], data["dp_size"], dp_group))
+        return verl_common.sft_loss(model_output, data, dp_group)
+
+    with engine.train_mode():
+        for step in range(3):
+            out = engine.train_batch(data, loss_function)
+            want = reference.train_batch(plain, common.sft_loss)
+            assert len(out["loss"]) == 2 and all(isinstance(v, float) for v in out["loss"])  # two micro-batches
+            assert close(sum(out["loss"]), float(want["loss"])), step
+            assert close(out["metrics"]["grad_norm"], want["grad_norm"]), step
+            assert out["metrics"]["tokens"] == [float(data["loss_mask"][:2].sum()), float(data["loss_mask"][2:].sum())]
+            # verl's train_batch leaves the schedule to the worker; the engine's own train_batch steps it
+            assert close(engine.lr_scheduler_step(), want["lr"]), step
+    assert calls[0] == (["log_probs"], float(data["loss_mask"].sum()), 1, None)
+
+
+def test_grpo_step_lowers_the_loss_of_positive_advantages():
+    prompts, responses = verl_common.sequences()
+    engine = adapter()
+    data = verl_common.verl_batch(prompts, responses)
+    with engine.eval_mode():
+        old = engine.infer_batch(data)["model_output"]["log_probs"]
+    data["old_log_probs"] = verl_common.response_part(old, data)
+    data["advantages"] = torch.tensor([1.0, -1.0, 1.0, -1.0]).unsqueeze(1).expand(4, 7).contiguous()
+    losses = []
+    with engine.train_mode():
+        for _ in range(3):
+            out = engine.train_batch(data, verl_common.pg_loss)
+            engine.lr_scheduler_step()
+            losses.append(sum(out["loss"]))
+            assert len(out["metrics"]["ratio_mean"]) == 2
+    assert losses[-1] < losses[0], losses
+
+
+def test_checkpoint_round_trip_with_verls_signature(tmp_path):
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    engine = adapter()
+    engine.train_batch(data, verl_common.sft_loss)
+    engine.save_checkpoint(str(tmp_path / "global_step_1"), hdfs_path=None, global_step=1, max_ckpt_to_keep=None)
+    want = engine.train_batch(data, verl_common.sft_loss)
+    fresh = adapter()
+    fresh.load_checkpoint(str(tmp_path / "global_step_1"), hdfs_path=None, del_local_after_load=True)
+    got = fresh.train_batch(data, verl_common.sft_loss)
+    assert got["loss"] == want["loss"] and got["metrics"]["grad_norm"] == want["metrics"]["grad_norm"]
+    with pytest.raises(enginery.EngineryError, match="hdfs_path"):
+        engine.save_checkpoint(str(tmp_path / "x"), hdfs_path="hdfs://somewhere")
+
+
+def test_verl_method_set_and_topology():
+    engine = adapter()
+    for name in ("initialize", "train_mode", "eval_mode", "forward_backward_batch", "train_batch", "infer_batch",
+                 "optimizer_zero_grad", "optimizer_step", "lr_scheduler_step", "get_per_tensor_param", "to",
+                 "save_checkpoint", "load_checkpoint", "get_data_parallel_rank", "get_data_parallel_size",
+                 "get_data_parallel_group", "is_mp_src_rank_with_outputs"):
+        assert callable(getattr(engine, name)), name
+    assert (engine.get_data_parallel_rank(), engine.get_data_parallel_size()) == (0, 1)
+    assert engine.get_data_parallel_group() is None  # no torch.distributed group in this process
+    assert engine.is_mp_src_rank_with_outputs()
+    assert engine.is_param_offload_enabled is False and engine.is_optimizer_offload_enabled is False
+    engine.to("cpu", model=True, optimizer=True, grad=True)
+    with pytest.raises(enginery.EngineryError, match="model=True"):
+        engine.to("cpu", model=False, optimizer=True, grad=False)
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"temperature": 0.7}, "temperature"),
+    ({"loss_mask": None}, "loss_mask"),
+    ({"calculate_entropy": "yes"}, "calculate_entropy"),
+    ({"pad_mode": "left_right"}, "pad_mode"),
+])
+def test_unsupported_batch_entries_are_named(change, named):
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    for key, value in change.items():
+        if value is None:
+            del data[key]
+        else:
+            data[key] = value
+    engine = adapter()
+    with pytest.raises(enginery.EngineryError, match=named):
+        engine.infer_batch(data)
+
+
+@pytest.mark.parametrize("engine_config, named", [
+    ({"no_such_key": 1}, "engine.no_such_key"),
+    ({"strategy": "fsdp"}, "engine_config.strategy"),   # verl's own fsdp: not a name this adapter registers
+    ({"param_offload": True}, "engine.param_offload"),  # verl's key, not implemented by the fsdp engine
+])
+def test_unknown_or_unsupported_config_keys_are_named(engine_config, named):
+    with pytest.raises(enginery.EngineryError, match=named):
+        enginery_verl.LanguageModelEngine(model_config=MODEL, engine_config={**ENGINE, **engine_config},
+                                          optimizer_config=OPTIM, device="cpu", plugin_dirs=[common.PLUGIN_DIR])
+
+
+def test_registration_with_a_registry_shaped_like_verls():
+    class BaseEngine:  # verl's registry asserts subclasses of its BaseEngine
+        pass
+
+    class EngineRegistry:
+        _engines = {}
+
+        @classmethod
+        def register(cls, model_type, backend, device="cuda"):
+            def decorator(engine_class):
+                assert issubclass(engine_class, BaseEngine)
+                for b in backend:
+                    for d in device:
+                        cls._engines.setdefault(model_type, {}).setdefault(b, {})[d] = engine_class
+                return engine_class
+            return decorator
+
+    classes = enginery_verl.register(EngineRegistry, BaseEngine)
+    assert enginery_verl.register(EngineRegistry, BaseEngine) is classes  # idempotent
+    for model_type in ("language_model", "value_model"):
+        assert set(EngineRegistry._engines[model_type]) == {"enginery_fsdp", "enginery_fsdp2", "enginery_veomni"}
+        assert EngineRegistry._engines[model_type]["enginery_fsdp"]["cpu"] is classes[model_type]
+    # verl's EngineRegistry.new(model_type, backend, *args, **kwargs) calls the class with the config kwargs only.
+    engine = EngineRegistry._engines["language_model"]["enginery_fsdp2"]["cpu"](
+        model_config=MODEL, engine_config={**ENGINE, "strategy": "enginery_fsdp2"}, optimizer_config=OPTIM,
+        checkpoint_config=None, device="cpu", plugin_dirs=[common.PLUGIN_DIR])
+    assert engine.backend == "fsdp2" and engine.model_type == "language_model"
+
+
+def test_per_tensor_params_are_the_hf_checkpoints_tensors(tmp_path):
+    """get_per_tensor_param's names, shapes and values equal the Hugging Face checkpoint the engine exports."""
+    engine = enginery_verl.LanguageModelEngine(
+        model_config=MODEL, engine_config=ENGINE, optimizer_config=OPTIM, device="cpu",
+        checkpoint_config={"save_contents": ["model", "optimizer", "extra", "hf_model"]},
+        plugin_dirs=[common.PLUGIN_DIR])
+    engine.initialize()
+    prompts, responses = verl_common.sequences()
+    engine.train_batch(verl_common.verl_batch(prompts, responses), verl_common.sft_loss)
+    engine.save_checkpoint(str(tmp_path / "ckpt"), global_step=1)
+    generator, peft_config = engine.get_per_tensor_param()
+    assert peft_config is None
+    params = dict(generator)
+    hf = verl_common.read_safetensors_dir(str(tmp_path / "ckpt" / "huggingface"))
+    assert sorted(params) == sorted(hf)
+    for name, tensor in hf.items():
+        assert params[name].dtype == torch.float32 and torch.equal(params[name].cpu(), tensor), name
+    bf16 = dict(engine.get_per_tensor_param(dtype=torch.bfloat16)[0])
+    assert all(t.dtype == torch.bfloat16 for t in bf16.values()) and sorted(bf16) == sorted(hf)
+    buckets = list(engine._engine.weight_buckets(torch.float32, 1 << 16))
+    names = [entry[0] for _, entries in buckets for entry in entries]
+    assert sorted(names) == sorted(hf)
+    for buffer, entries in buckets:
+        for name, offset, numel, shape in entries:
+            assert torch.equal(buffer[offset: offset + numel].view(shape).cpu(), hf[name]), name
