@@ -96,6 +96,26 @@ def test_train_batch_as_verl_and_as_the_engine_directly():
     assert calls[0] == (["log_probs"], float(data["loss_mask"].sum()), 1, None)
 
 
+def test_per_call_micro_batching_is_honoured():
+    """verl sends micro_batch_size_per_gpu / use_dynamic_bsz / max_token_len_per_gpu with each call: they cut that
+    call's micro-batches (one loss per micro-batch), the sum stays the global token mean."""
+    prompts, responses = verl_common.sequences()
+    engine = adapter()
+    configured = engine.infer_batch(verl_common.verl_batch(prompts, responses), verl_common.sft_loss)
+    assert len(configured["loss"]) == 2
+    per_row = verl_common.verl_batch(prompts, responses)
+    per_row["micro_batch_size_per_gpu"] = 1
+    split = engine.infer_batch(per_row, verl_common.sft_loss)
+    assert len(split["loss"]) == 4 and close(sum(split["loss"]), sum(configured["loss"]))
+    dynamic = verl_common.verl_batch(prompts, responses)
+    dynamic["use_dynamic_bsz"], dynamic["max_token_len_per_gpu"] = True, 1000
+    assert len(engine.infer_batch(dynamic, verl_common.sft_loss)["loss"]) == 1
+    bad = verl_common.verl_batch(prompts, responses)
+    bad["micro_batch_size_per_gpu"] = 0
+    with pytest.raises(enginery.EngineryError, match="micro_batch_size_per_gpu"):
+        engine.infer_batch(bad, verl_common.sft_loss)
+
+
 def test_grpo_step_lowers_the_loss_of_positive_advantages():
     prompts, responses = verl_common.sequences()
     engine = adapter()

@@ -204,6 +204,9 @@ class ValueModelEngine(EngineryVerlEngine):
     model_type = "value_model"
 
 
+_MICRO_BATCHING = ("micro_batch_size_per_gpu", "use_dynamic_bsz", "max_token_len_per_gpu")
+
+
 # Batch metadata the adapter reads; everything else in the batch goes to the loss function untouched.
 def _check_metadata(data):
     temperature = layout.get(data, "temperature", 1.0)
@@ -233,6 +236,12 @@ class _Call:
         pad_token_id = layout.get(data, "pad_token_id", 0)
         self.batch, self.layout = layout.to_engine_batch(data, pad_token_id if isinstance(pad_token_id, int) else 0)
         self.batch["calculate_entropy"] = calculate_entropy
+        # verl's per-call micro-batching: the engine's host loop honours it for this call (docs/ARCHITECTURE.md,
+        # "One step"); a wrong type comes back as an error naming the entry.
+        for key in _MICRO_BATCHING:
+            value = layout.get(data, key)
+            if value is not None:
+                self.batch[key] = int(value) if isinstance(value, torch.Tensor) else value
         self.data = data
         self.size = self.batch[layout.ROW_KEY].shape[0]
         self.loss_function = loss_function
