@@ -45,6 +45,10 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   s.keep_params_after_forward = true;
   s.dynamic_bsz = true;  // the host's loop forms the micro-batches; forward_step takes any number of rows
   s.remove_padding = true;  // the model packs each micro-batch's valid tokens (models/packed_sequences.h)
+  // Offload keeps state in host memory between uses (fsdp_engine_offload_step.cpp). Accepted on a CPU engine too,
+  // where that is where the state lives already: the same staging code runs there with plain copies.
+  s.param_offload = true;
+  s.optimizer_offload = true;
   s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
   s.checkpoint_content_subsets = true;
   return s;
@@ -60,6 +64,7 @@ void FSDPEngine::initialize() {
   shard_model();
   check_precision_supported();
   build_optimizer();
+  place_offloaded_state();
   build_lr_scheduler();
   set_training(is_training());
 }

@@ -1,0 +1,87 @@
+// AdamW's streamed step (engine.param_offload / engine.optimizer_offload; docs/ARCHITECTURE.md, "Offload"). The
+// state that lives on the host passes through the device one shard (one FSDP unit) at a time: the upload of shard
+// i + 1 runs on one side stream while shard i updates on the compute stream, and the download of the updated
+// shard i - 1 on another, so both directions of the bus and the kernels overlap. The update is the resident step's
+// own kernel on the staged tensors, which is elementwise: the result is what the resident step computes.
+//
+// Why on the device rather than a host AdamW: a step streamed this way moves each byte over the bus once each way
+// and computes at device speed, the same code path (and the same rounding) as without offload, while a host step
+// over torch ops makes several passes over the state at host memory bandwidth, and the parameters must be uploaded
+// for the next forward either way.
+#include <deque>
+
+#include "host_api/error.h"
+#include "plugin/fsdp/adamw.h"
+
+namespace enginery {
+namespace fsdp {
+namespace {
+
+// One shard's four tensors as the step uses them: the resident tensor itself, or an upload of the host one.
+struct Staged {
+  CopyStream::Pending param, grad, exp_avg, exp_avg_sq;
+};
+
+// At most this many shards are staged or on their way back at once: bounds the device memory the step borrows.
+constexpr size_t kInFlight = 3;
+
+}  // namespace
+
+void AdamW::stream_through(std::shared_ptr<CopyStream> copies, bool params_on_host, bool state_on_host) {
+  copies_ = std::move(copies);
+  params_on_host_ = params_on_host;
+  state_on_host_ = state_on_host;
+  if (!state_on_host_) return;
+  for (auto* list : {&exp_avg_, &exp_avg_sq_}) {
+    for (auto& t : *list) move_to_host(t, *copies_);
+  }
+}
+
+void AdamW::step_streamed(double lr, const std::vector<torch::Tensor>& grad_multipliers,
+                          const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  if (!copies_) throw EngineryError("the optimizer state is resident; call step()", "AdamW::step_streamed");
+  torch::NoGradGuard no_grad;
+  ++step_;
+  if (fused_) advance_device_steps(found_inf);
+  CopyStream& copies = *copies_;
+  auto stage = [&](torch::Tensor& t, bool on_host) {
+    return on_host ? copies.upload(t) : CopyStream::Pending{t, nullptr};
+  };
+  auto stage_shard = [&](size_t i) {
+    return Staged{stage(params_[i], params_on_host_), stage(grads_[i], params_on_host_),
+                  stage(exp_avg_[i], state_on_host_), stage(exp_avg_sq_[i], state_on_host_)};
+  };
+  std::deque<std::shared_ptr<c10::Event>> downloads;  // of the shards updated so far, oldest first
+  const size_t n = params_.size();
+  std::deque<Staged> ahead;
+  if (n > 0) ahead.push_back(stage_shard(0));
+  for (size_t i = 0; i < n; ++i) {
+    while (downloads.size() + ahead.size() >= kInFlight && !downloads.empty()) {
+      CopyStream::host_wait(downloads.front());
+      downloads.pop_front();
+    }
+    if (i + 1 < n) ahead.push_back(stage_shard(i + 1));
+    Staged s = std::move(ahead.front());
+    ahead.pop_front();
+    for (const auto* part : {&s.param, &s.grad, &s.exp_avg, &s.exp_avg_sq}) copies.wait_for(*part);
+    torch::Tensor& grad = s.grad.tensor;
+    // fp32 first where the gradient is scaled in place or the kernel needs it, as the resident step does; only
+    // enginery's own kernel reads a bf16 gradient as it is.
+    if (grad.scalar_type() != params_[i].scalar_type() && (!grad_multipliers.empty() || !own_kernel_)) {
+      grad = grad.to(params_[i].scalar_type());
+    }
+    for (const auto& m : grad_multipliers) grad.mul_(m);
+    update_one(i, s.param.tensor, grad, s.exp_avg.tensor, s.exp_avg_sq.tensor, lr, grad_scale, found_inf);
+    std::shared_ptr<c10::Event> done;
+    if (params_on_host_) done = copies.download_into(params_[i], s.param.tensor);
+    if (state_on_host_) {
+      copies.download_into(exp_avg_[i], s.exp_avg.tensor);
+      done = copies.download_into(exp_avg_sq_[i], s.exp_avg_sq.tensor);
+    }
+    downloads.push_back(done);
+  }
+  copies.synchronize();  // the host state is the updated one when the step returns
+}
+
+}  // namespace fsdp
+}  // namespace enginery
