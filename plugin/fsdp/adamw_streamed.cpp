@@ -1,8 +1,8 @@
-// AdamW's streamed step (engine.param_offload / engine.optimizer_offload; docs/ARCHITECTURE.md, "Offload"). The
-// state that lives on the host passes through the device one shard (one FSDP unit) at a time: the upload of shard
-// i + 1 runs on one side stream while shard i updates on the compute stream, and the download of the updated
-// shard i - 1 on another, so both directions of the bus and the kernels overlap. The update is the resident step's
-// own kernel on the staged tensors, which is elementwise: the result is what the resident step computes.
+// AdamW's streamed step (engine.param_offload / engine.optimizer_offload; docs/ARCHITECTURE.md, "The contract", offload
+// while computing). The state that lives on the host passes through the device one shard (one FSDP unit) at a time: the
+// upload of shard i + 1 runs on one side stream while shard i updates on the compute stream, and the download of the
+// updated shard i - 1 on another, so both directions of the bus and the kernels overlap. The update is the resident
+// step's own kernel on the staged tensors, which is elementwise: the result is what the resident step computes.
 //
 // Why on the device rather than a host AdamW: a step streamed this way moves each byte over the bus once each way
 // and computes at device speed, the same code path (and the same rounding) as without offload, while a host step

@@ -1,9 +1,9 @@
 #pragma once
 // Copies between pinned host memory and the GPU on side streams, so that they overlap the compute stream
-// (docs/ARCHITECTURE.md, "Offload"): engine.param_offload streams the fp32 master shards up for each unit's
-// unshard and the shard gradients down after each reduction, and the offloaded optimizer step streams each unit's
-// state through the device. Uploads and downloads take two different streams, so both directions of the bus work
-// at once.
+// (docs/ARCHITECTURE.md, "The contract", offload while computing): engine.param_offload streams the fp32 master shards
+// up for each unit's unshard and the shard gradients down after each reduction, and the offloaded optimizer step
+// streams each unit's state through the device. Uploads and downloads take two different streams, so both directions of
+// the bus work at once.
 //
 // Ordering, with the CUDA caching allocator's rules: a destination is allocated on the compute stream and the side
 // stream first waits for everything the compute stream has queued (the block may have been freed by a kernel still

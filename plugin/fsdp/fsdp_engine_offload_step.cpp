@@ -1,12 +1,12 @@
-// FSDPEngine with engine.param_offload / engine.optimizer_offload (docs/ARCHITECTURE.md, "Offload"): where the
-// state lives, and the optimizer step over state that lives on the host. The step is the resident one
-// (fsdp_engine_optim.cpp) reordered for gradients that never sit on the device all at once:
+// FSDPEngine with engine.param_offload / engine.optimizer_offload (docs/ARCHITECTURE.md, "The contract", offload
+// while computing): where the state lives, and the optimizer step over state that lives on the host. The step is the
+// resident one (fsdp_engine_optim.cpp) reordered for gradients that never sit on the device all at once:
 //   - the global norm comes from each shard's norm, taken on the device when its reduction produced the gradient
 //     (FsdpUnit::shard_grad_norm), so no gradient is uploaded for it;
-//   - with the grad scaler, the norm is of the scaled gradients times 1/scale. The scale is a power of two, so
-//     this is exactly the norm of the unscaled gradients (every square and sum scales by an exact power of two),
-//     and found_inf is a non-finite norm: an inf or nan in any gradient (or a sum of squares beyond fp32, which the
-//     unscaled gradients would overflow too);
+//   - with the grad scaler, the norm is of the scaled gradients times 1/scale. The scale is a power of two, so this
+//     is exactly the norm of the unscaled gradients (every square and sum scales by an exact power of two), and
+//     found_inf is a non-finite norm: an inf or nan in any gradient (or a sum of squares beyond fp32, which needs
+//     gradients above 1e19);
 //   - unscale and clip are applied to each staged gradient as it passes (AdamW::step_streamed), in the resident
 //     order, and the skip decision is the resident one.
 #include "host_api/error.h"

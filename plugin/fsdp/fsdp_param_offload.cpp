@@ -1,6 +1,6 @@
-// FsdpUnit with engine.param_offload (docs/ARCHITECTURE.md, "Offload"): the fp32 master shard and the shard
-// gradient live in pinned host memory; the device holds a unit's master only between its upload and its all-gather,
-// and its reduced gradient only until the download has read it.
+// FsdpUnit with engine.param_offload (docs/ARCHITECTURE.md, "The contract", offload while computing): the fp32 master
+// shard and the shard gradient live in pinned host memory; the device holds a unit's master only between its upload and
+// its all-gather, and its reduced gradient only until the download has read it.
 #include "host_api/error.h"
 #include "plugin/fsdp/fsdp_unit.h"
 

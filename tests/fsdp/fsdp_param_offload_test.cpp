@@ -1,10 +1,10 @@
-// engine.param_offload / engine.optimizer_offload on CPU over real Gloo ranks (docs/ARCHITECTURE.md, "Offload").
-// A CPU engine keeps its state in host memory anyway, but the offload code runs all the same with plain copies in
-// place of uploads and downloads: every unshard takes a fresh copy of its master, every reduced gradient is copied
-// into the host buffer after its norm is taken, and the optimizer updates staged copies shard by shard and writes
-// them back. The same operations run on the same values in the same order as without offload, so the results are
-// expected bitwise equal (not merely within rounding): loss, grad norm, parameters and moments, over three steps
-// with two micro-batches each, with and without the grad scaler (including a skipped step), after a checkpoint
+// engine.param_offload / engine.optimizer_offload on CPU over real Gloo ranks (docs/ARCHITECTURE.md, "The contract",
+// offload while computing). A CPU engine keeps its state in host memory anyway, but the offload code runs all the same
+// with plain copies in place of uploads and downloads: every unshard takes a fresh copy of its master, every reduced
+// gradient is copied into the host buffer after its norm is taken, and the optimizer updates staged copies shard by
+// shard and writes them back. The same operations run on the same values in the same order as without offload, so the
+// results are expected bitwise equal (not merely within rounding): loss, grad norm, parameters and moments, over three
+// steps with two micro-batches each, with and without the grad scaler (including a skipped step), after a checkpoint
 // round trip and after to(). The GPU side is fsdp_param_offload_gpu_test.cpp.
 #include <gtest/gtest.h>
 
