@@ -23,6 +23,7 @@ struct EngineFlags {
   int64_t mbs = 2, steps = 20, warmup = 5;
   bool ac = false;
   bool param_offload = false, optimizer_offload = false;  // engine.param_offload / engine.optimizer_offload
+  std::string offload_step;                               // engine.<backend>.offload_step (device, host)
   double lr = 1e-5;
 };
 void add_engine_flags(CLI::App& app, EngineFlags& flags);

@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
                               : flags.param_offload                          ? "+param_offload"
                               : flags.optimizer_offload                      ? "+optimizer_offload"
                                                                              : "";
-  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload}, {"seq", seq}, {"mbs", mbs},
+  const std::string where = flags.offload_step.empty() ? "" : "(step on " + flags.offload_step + ")";
+  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where}, {"seq", seq}, {"mbs", mbs},
                            {"ac", flags.ac},
                            {"world", world}, {"steps", flags.steps}, {"tokens_per_s", tok_s},
                            {"mfu", flops_per_token > 0 ? tok_s * flops_per_token / (989e12 * world) : 0.0},

@@ -3,9 +3,10 @@
 # machine, from the repo root:
 #   bench/gpu/run_offload_bench.sh [out-dir] [shapes...]      (default shape: 3B; 7B only fits a host of > 128 GiB)
 # Builds what it needs while it makes the random-init checkpoint + token file, then runs, one after the other:
-# enginery fsdp2 resident, enginery fsdp2 with both offload keys (the same BENCH_STEPS steps, so their losses compare
-# step by step), and PyTorch FSDP2 + CPUOffloadPolicy (fewer steps: its CPU AdamW takes seconds a step), and writes
-# results.jsonl plus a markdown table (make_offload_table.py) into out-dir.
+# enginery fsdp2 resident, enginery fsdp2 with both offload keys and the optimizer step streamed through the GPU,
+# the same with the step on the host (BENCH_HOST_STEP=0 skips it) — all the same BENCH_STEPS steps, so their losses
+# compare step by step — and PyTorch FSDP2 + CPUOffloadPolicy (fewer steps: its CPU AdamW takes seconds a step), and
+# writes results.jsonl plus a markdown table (make_offload_table.py) into out-dir.
 # BENCH_AC=0 turns activation checkpointing off (on by default: the resident 3B run needs it to fit 141 GB with
 # room to spare); BENCH_REF_OPTIM=fused|foreach|default picks the reference's torch.optim.AdamW implementation
 # (default: what torch picks for CPU tensors, as verl runs it).
@@ -28,7 +29,9 @@ done
 wait $build || { echo "build failed"; tail -30 "$out/build.log"; exit 1; }
 for shape in $shapes; do
   dir=/tmp/bench-$shape
-  for offload in "" "--param-offload --optimizer-offload"; do
+  modes=("" "--param-offload --optimizer-offload --offload-step device")
+  [ "${BENCH_HOST_STEP:-1}" = 1 ] && modes+=("--param-offload --optimizer-offload --offload-step host")
+  for offload in "${modes[@]}"; do
     timeout ${BENCH_ENGINE_TIMEOUT:-240} build-gpu/bin/bench_engine_train --model $dir --tokens $dir/tokens.bin \
       --plugin-dir build-gpu/plugins --device cuda --backend fsdp2 --seq 4096 --mbs 2 --steps $steps \
       --warmup $warmup $ac $offload --out "$out/results.jsonl.$shape" || echo "engine run failed: $shape $offload"

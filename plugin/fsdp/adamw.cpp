@@ -106,6 +106,11 @@ void AdamW::update_one(size_t i, torch::Tensor& p, const torch::Tensor& g, torch
                          eps_, grad_scale, found_inf);
     return;
   }
+  update_plain(p, g, exp_avg, exp_avg_sq, lr);
+}
+
+void AdamW::update_plain(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                         double lr) {
   const double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
   const double bias2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
   const double step_size = lr / bias1;

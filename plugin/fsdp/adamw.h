@@ -55,12 +55,17 @@ class ENGINERY_FSDP_API AdamW {
   // `found_inf` as for step_fused (fused() only).
   void step_streamed(double lr, const std::vector<torch::Tensor>& grad_multipliers, const torch::Tensor& grad_scale,
                      const torch::Tensor& found_inf);
+  // The alternative with params, grads and state all on the host (engine.<backend>.offload_step = host): the
+  // reference math in place on the host tensors, with ATen's multithreaded CPU kernels; nothing crosses the bus.
+  void step_on_host(double lr, const std::vector<torch::Tensor>& grad_multipliers);
 
  private:
   // One shard's update: the fused kernel where fused(), else the reference math with this step's bias terms.
   void update_one(size_t i, torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
                   torch::Tensor& exp_avg_sq, double lr, const torch::Tensor& grad_scale,
                   const torch::Tensor& found_inf);
+  void update_plain(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                    torch::Tensor& exp_avg_sq, double lr);
   void advance_device_steps(const torch::Tensor& found_inf);
 
   std::vector<torch::Tensor> params_, grads_, exp_avg_, exp_avg_sq_;

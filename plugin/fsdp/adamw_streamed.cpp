@@ -83,5 +83,21 @@ void AdamW::step_streamed(double lr, const std::vector<torch::Tensor>& grad_mult
   copies.synchronize();  // the host state is the updated one when the step returns
 }
 
+void AdamW::step_on_host(double lr, const std::vector<torch::Tensor>& grad_multipliers) {
+  if (!copies_ || !params_on_host_ || !state_on_host_) {
+    throw EngineryError("a host step needs params, grads and moments on the host", "AdamW::step_on_host");
+  }
+  torch::NoGradGuard no_grad;
+  ++step_;
+  if (fused_) advance_device_steps(torch::Tensor());  // the counters checkpoints read stay in step
+  std::vector<torch::Tensor> multipliers;
+  for (const auto& m : grad_multipliers) multipliers.push_back(m.to(torch::kCPU));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& grad = grads_[i];
+    for (const auto& m : multipliers) grad.mul_(m);
+    update_plain(params_[i], grad, exp_avg_[i], exp_avg_sq_[i], lr);
+  }
+}
+
 }  // namespace fsdp
 }  // namespace enginery

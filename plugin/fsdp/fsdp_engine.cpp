@@ -26,7 +26,8 @@ FSDPEngine::FSDPEngine(EngineArgs args, ModelBuilder model_builder)
       args_(std::move(args)),
       model_builder_(std::move(model_builder)),
       device_(resolve_device(args_)),
-      layout_(layout_for_backend(args_.engine.strategy)) {}
+      layout_(layout_for_backend(args_.engine.strategy)),
+      host_optimizer_step_(host_step_wanted(args_.engine)) {}
 
 ConfigSupport FSDPEngine::config_support(const std::string& device) {
   ConfigSupport s;
@@ -49,6 +50,7 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   // where that is where the state lives already: the same staging code runs there with plain copies.
   s.param_offload = true;
   s.optimizer_offload = true;
+  s.backend_options = {"offload_step"};  // [engine.<backend>] offload_step = "device" | "host"
   s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
   s.checkpoint_content_subsets = true;
   return s;

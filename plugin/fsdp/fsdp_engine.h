@@ -121,6 +121,10 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine
   ShardingLayout layout_;
 
  private:
+  // engine.<backend>.offload_step = host: the offloaded optimizer step runs on the host (AdamW::step_on_host).
+  // Read and checked at construction (fsdp_engine_offload_step.cpp).
+  static bool host_step_wanted(const EngineConfig& engine);
+  bool host_optimizer_step_ = false;
   // Parts moved to the CPU by move_state while the engine computes on a GPU.
   bool model_away_ = false;
   bool optimizer_away_ = false;

@@ -15,6 +15,21 @@
 namespace enginery {
 namespace fsdp {
 
+// [engine.<backend>] offload_step: where the offloaded optimizer step runs. "device" (the default) streams each
+// shard through the GPU; "host" runs it on the CPU over the host tensors, which needs both offload keys. Both exist
+// so that they can be measured against each other on the machine at hand (bench/gpu/run_offload_bench.sh).
+bool FSDPEngine::host_step_wanted(const EngineConfig& engine) {
+  const auto it = engine.backend_options.find("offload_step");
+  if (it == engine.backend_options.end() || it->second == "device") return false;
+  const std::string key = "engine." + engine.strategy + ".offload_step";
+  if (it->second != "host") throw EngineryError("unknown value '" + it->second + "'", key, "device, host");
+  if (!engine.param_offload || !engine.optimizer_offload) {
+    throw EngineryError("a host optimizer step needs the parameters and the optimizer state on the host", key,
+                        "host with engine.param_offload = true and engine.optimizer_offload = true, else device");
+  }
+  return true;
+}
+
 void FSDPEngine::place_offloaded_state() {
   const bool params = args_.engine.param_offload, state = args_.engine.optimizer_offload;
   if (!params && !state) return;
@@ -32,7 +47,7 @@ void FSDPEngine::place_offloaded_state() {
 torch::Tensor FSDPEngine::streamed_optimizer_step() {
   fsdp_->drop_prefetched();  // an upload of a master made before this step would be stale after it
   ShardedGradScaler* scaler = sharded_grad_scaler();
-  const bool device_path = optimizer_->fused() && !scaler;
+  const bool device_path = optimizer_->fused() && !scaler && !host_optimizer_step_;
   if (!device_path && !args_.engine.param_offload) optimizer_->promote_grads_to_param_dtype();  // resident grads
   std::vector<torch::Tensor> norms;
   for (auto& u : fsdp_->units()) norms.push_back(u.shard_grad_norm());
@@ -55,7 +70,13 @@ torch::Tensor FSDPEngine::streamed_optimizer_step() {
   std::vector<torch::Tensor> multipliers;
   if (scaler) multipliers.push_back(scaler->inv_scale());
   if (clip > 0.0) multipliers.push_back(torch::clamp(clip / (norm + 1e-6), c10::nullopt, 1.0));
-  if (!skip_step(norm, scaler)) optimizer_->step_streamed(lr, multipliers, torch::Tensor(), torch::Tensor());
+  if (!skip_step(norm, scaler)) {
+    if (host_optimizer_step_) {
+      optimizer_->step_on_host(lr, multipliers);
+    } else {
+      optimizer_->step_streamed(lr, multipliers, torch::Tensor(), torch::Tensor());
+    }
+  }
   if (scaler) scaler->update();
   return norm;
 }

@@ -8,9 +8,11 @@
 // round trip and after to(). The GPU side is fsdp_param_offload_gpu_test.cpp.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <limits>
 
 #include "host_api/config_support.h"
+#include "host_api/error.h"
 #include "plugin/veomni/veomni_engine.h"
 #include "tests/fsdp/checkpoint_test_util.h"
 #include "tests/support/multirank.h"
@@ -156,6 +158,45 @@ TEST(FsdpParamOffload, ToCpuOnAnOffloadedEngineKeepsTheNextStepBitwise) {
       expect_bitwise_equal(got, full_state(*stayed), o.name() + " after to()");
     }
   });
+}
+
+// offload_step = host: the step runs on the host tensors in place (the resident CPU step's own math, so bitwise
+// here too); a bad value, or a host step without both keys, is refused at construction naming the key.
+TEST(FsdpParamOffload, HostOptimizerStepEqualsResidentAndBadSettingsAreRefused) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    auto resident = make_engine(offload_args(ctx, "fsdp", kResident, false));
+    auto args = offload_args(ctx, "fsdp", Offload{true, true}, false);
+    args.engine.backend_options["offload_step"] = "host";
+    auto host = make_engine(args);
+    for (int step = 0; step < 3; ++step) {
+      const Batch batch = step_batch(ctx.rank, 40 + step);
+      const BatchOutput want = resident->train_batch(batch, sft_loss);
+      expect_same_step(host->train_batch(batch, sft_loss), want, "host step " + std::to_string(step));
+    }
+    const TensorMap want = full_state(*resident);
+    expect_bitwise_equal(full_state(*host), want, "host step after 3 steps");
+  });
+  auto message = [](const std::function<void(EngineArgs&)>& edit) -> std::string {
+    EngineArgs args = make_args("fsdp2", "bf16");
+    args.engine.param_offload = true;
+    args.engine.optimizer_offload = true;
+    edit(args);
+    try {
+      fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
+    } catch (const EngineryError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string bad = message([](EngineArgs& a) { a.engine.backend_options["offload_step"] = "gpu"; });
+  EXPECT_NE(bad.find("engine.fsdp2.offload_step: unknown value 'gpu' (allowed: device, host)"), std::string::npos)
+      << bad;
+  const std::string half = message([](EngineArgs& a) {
+    a.engine.backend_options["offload_step"] = "host";
+    a.engine.optimizer_offload = false;
+  });
+  EXPECT_NE(half.find("engine.fsdp2.offload_step: a host optimizer step needs"), std::string::npos) << half;
+  EXPECT_EQ(message([](EngineArgs& a) { a.engine.backend_options["offload_step"] = "device"; }), "");
 }
 
 // Declared for every backend on both devices, so the registry admits them (verl sets them on any device).
