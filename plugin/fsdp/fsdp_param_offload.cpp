@@ -39,6 +39,14 @@ void FsdpUnit::prefetch_shard() {
   prefetched_ = copies_->upload(shard_);
 }
 
+void FsdpUnit::drop_prefetched_shard() {
+  if (!prefetched_.tensor.defined()) return;
+  // The upload's destination returns to the compute stream's pool when dropped: that stream must not reuse the
+  // block before the copy into it is done.
+  copies_->wait_for(prefetched_);
+  prefetched_ = {};
+}
+
 torch::Tensor FsdpUnit::master_for_unshard() {
   prefetch_shard();  // not prefetched: the upload starts now
   CopyStream::Pending master = std::move(prefetched_);

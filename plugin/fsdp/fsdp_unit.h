@@ -83,7 +83,7 @@ class ENGINERY_FSDP_API FsdpUnit {
   bool master_on_host() const { return copies_ != nullptr; }
   void prefetch_shard();
   // Forgets an upload nobody consumed (the master may change before the next unshard).
-  void drop_prefetched_shard() { prefetched_ = {}; }
+  void drop_prefetched_shard();
   // fp32 0-dim on the device: the 2-norm of the shard gradient, accumulated in fp32 (0 for a pending zero). With
   // the master on the host it was taken at the reduction that produced the gradient, so the step needs no upload
   // for the norm.
