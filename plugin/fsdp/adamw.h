@@ -55,8 +55,9 @@ class ENGINERY_FSDP_API AdamW {
   // `found_inf` as for step_fused (fused() only).
   void step_streamed(double lr, const std::vector<torch::Tensor>& grad_multipliers, const torch::Tensor& grad_scale,
                      const torch::Tensor& found_inf);
-  // The alternative with params, grads and state all on the host (engine.<backend>.offload_step = host): the
-  // reference math in place on the host tensors, with ATen's multithreaded CPU kernels; nothing crosses the bus.
+  // The alternative with params, grads and state all on the host (engine.<backend>.offload_step = host): one fused,
+  // multithreaded pass over each shard's host memory; nothing crosses the bus. Agrees with the other steps to fp32
+  // rounding (not bitwise: the arithmetic is arranged differently).
   void step_on_host(double lr, const std::vector<torch::Tensor>& grad_multipliers);
 
  private:

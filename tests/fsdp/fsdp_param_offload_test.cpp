@@ -160,21 +160,30 @@ TEST(FsdpParamOffload, ToCpuOnAnOffloadedEngineKeepsTheNextStepBitwise) {
   });
 }
 
-// offload_step = host: the step runs on the host tensors in place (the resident CPU step's own math, so bitwise
-// here too); a bad value, or a host step without both keys, is refused at construction naming the key.
+// offload_step = host: one fused pass over the host tensors, the same math arranged differently, so the steps agree
+// to fp32 rounding (the first loss and grad norm bitwise: nothing has been updated yet); a bad value, or a host step
+// without both keys, is refused at construction naming the key.
 TEST(FsdpParamOffload, HostOptimizerStepEqualsResidentAndBadSettingsAreRefused) {
   testing::run_ranks(2, [](const testing::RankContext& ctx) {
-    auto resident = make_engine(offload_args(ctx, "fsdp", kResident, false));
+    // fp32 compute, so that a rounding difference in an update is not amplified by a bf16 cast in the next forward.
+    auto resident_args = offload_args(ctx, "fsdp", kResident, false);
+    resident_args.engine.mixed_precision.param_dtype = c10::kFloat;
+    auto resident = make_engine(resident_args);
     auto args = offload_args(ctx, "fsdp", Offload{true, true}, false);
+    args.engine.mixed_precision.param_dtype = c10::kFloat;
     args.engine.backend_options["offload_step"] = "host";
     auto host = make_engine(args);
     for (int step = 0; step < 3; ++step) {
       const Batch batch = step_batch(ctx.rank, 40 + step);
       const BatchOutput want = resident->train_batch(batch, sft_loss);
-      expect_same_step(host->train_batch(batch, sft_loss), want, "host step " + std::to_string(step));
+      const BatchOutput got = host->train_batch(batch, sft_loss);
+      if (step == 0) expect_same_step(got, want, "host step 0");
+      const double loss = want.loss.item<double>(), norm = want.grad_norm.item<double>();
+      EXPECT_NEAR(got.loss.item<double>(), loss, 1e-4 * std::abs(loss)) << "host step " << step;
+      EXPECT_NEAR(got.grad_norm.item<double>(), norm, 1e-4 * norm) << "host step " << step;
     }
     const TensorMap want = full_state(*resident);
-    expect_bitwise_equal(full_state(*host), want, "host step after 3 steps");
+    expect_near(full_state(*host), want, 1e-5, "host step after 3 steps");
   });
   auto message = [](const std::function<void(EngineArgs&)>& edit) -> std::string {
     EngineArgs args = make_args("fsdp2", "bf16");
