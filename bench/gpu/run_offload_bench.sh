@@ -36,8 +36,8 @@ for shape in $shapes; do
       --plugin-dir build-gpu/plugins --device cuda --backend fsdp2 --seq 4096 --mbs 2 --steps $steps \
       --warmup $warmup $ac $offload --out "$out/results.jsonl.$shape" || echo "engine run failed: $shape $offload"
   done
-  torchrun --nproc-per-node 1 --master-port 29612 bench/gpu/reference_offload_fsdp2.py --shape $shape \
-    --model-dir $dir --tokens $dir/tokens.bin --seq 4096 --mbs 2 --steps $ref_steps --warmup $ref_warmup $ac \
+  timeout ${BENCH_REF_TIMEOUT:-300} torchrun --nproc-per-node 1 --master-port 29612 \
+    bench/gpu/reference_offload_fsdp2.py --shape $shape --model-dir $dir --tokens $dir/tokens.bin --seq 4096 --mbs 2 --steps $ref_steps --warmup $ref_warmup $ac \
     --optim-impl ${BENCH_REF_OPTIM:-default} --out "$out/results.jsonl.$shape" || echo "reference run failed: $shape"
   # The engine's lines carry no shape; the reference's repeats the same one (json keeps the last).
   [ -f "$out/results.jsonl.$shape" ] && sed "s/^{/{\"shape\":\"$shape\",/" "$out/results.jsonl.$shape" \
