@@ -115,8 +115,8 @@ TEST(FsdpParamOffload, OffloadedStepsEqualResidentBitwiseFsdp2) { offloaded_equa
 TEST(FsdpParamOffload, ScalerWithSkippedStepEqualsResidentBitwiseFsdp) { offloaded_equals_resident("fsdp", true); }
 TEST(FsdpParamOffload, ScalerWithSkippedStepEqualsResidentBitwiseFsdp2) { offloaded_equals_resident("fsdp2", true); }
 
-// A checkpoint of an offloaded engine continues bitwise in an offloaded engine and in a resident one (the files
-// do not depend on where the state lived), and a resident checkpoint loads into an offloaded engine.
+// A checkpoint of an offloaded engine continues bitwise in an offloaded engine, a param-offload-only one and a
+// resident one: the files do not depend on where the state lived.
 TEST(FsdpParamOffload, CheckpointRoundTripWithOffloadedState) {
   testing::run_ranks(2, [](const testing::RankContext& ctx) {
     const Offload both{true, true};
