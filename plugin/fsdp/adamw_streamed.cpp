@@ -4,10 +4,10 @@
 // updated shard i - 1 on another, so both directions of the bus and the kernels overlap. The update is the resident
 // step's own kernel on the staged tensors, which is elementwise: the result is what the resident step computes.
 //
-// Why on the device rather than a host AdamW: a step streamed this way moves each byte over the bus once each way
-// and computes at device speed, the same code path (and the same rounding) as without offload, while a host step
-// over torch ops makes several passes over the state at host memory bandwidth, and the parameters must be uploaded
-// for the next forward either way.
+// Why the device by default: a step streamed this way moves each byte over the bus once each way and computes at
+// device speed with the resident step's kernel (and rounding), and the parameters must be uploaded for the next
+// forward either way. The alternative below, step_on_host (engine.<backend>.offload_step = host), moves nothing but
+// is bound by host memory bandwidth; bench/gpu/run_offload_bench.sh measures the two.
 #include <ATen/Parallel.h>
 
 #include <cmath>
