@@ -9,7 +9,8 @@
 # writes results.jsonl plus a markdown table (make_offload_table.py) into out-dir.
 # BENCH_AC=0 turns activation checkpointing off (on by default: the resident 3B run needs it to fit 141 GB with
 # room to spare); BENCH_REF_OPTIM=fused|foreach|default picks the reference's torch.optim.AdamW implementation
-# (default: what torch picks for CPU tensors, as verl runs it).
+# (default: what torch picks for CPU tensors, as verl runs it). BENCH_GPU_TEST=1 (default) also builds and runs the
+# offload GPU tests first (tests/fsdp/fsdp_offload_gpu_test.cpp, about a minute), output in out-dir/gpu_test.log.
 set -eo pipefail
 out=${1:-bench/results/offload}; shift || true
 shapes=${*:-3B}
@@ -20,13 +21,19 @@ ref_warmup=${BENCH_REF_WARMUP:-1}
 ac=""; [ "${BENCH_AC:-1}" = 1 ] && ac="--ac"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p "$out"
-scripts/gpu/build.sh build-gpu enginery_fsdp bench_engine_train > "$out/build.log" 2>&1 &
+targets="enginery_fsdp bench_engine_train"
+[ "${BENCH_GPU_TEST:-1}" = 1 ] && targets="$targets fsdp_offload_gpu_test"
+scripts/gpu/build.sh build-gpu $targets > "$out/build.log" 2>&1 &
 build=$!
 for shape in $shapes; do
   dir=/tmp/bench-$shape
   [ -f $dir/tokens.bin ] || (cd bench/gpu && python3 make_bench_inputs.py --shape $shape --out-dir $dir) > /dev/null 2>&1
 done
 wait $build || { echo "build failed"; tail -30 "$out/build.log"; exit 1; }
+if [ "${BENCH_GPU_TEST:-1}" = 1 ]; then
+  timeout 300 build-gpu/bin/fsdp_offload_gpu_test > "$out/gpu_test.log" 2>&1 || echo "GPU offload tests FAILED"
+  grep -E "^\[  (PASSED|FAILED) |^offload|GB offloaded|param diff" "$out/gpu_test.log" || tail -20 "$out/gpu_test.log"
+fi
 for shape in $shapes; do
   dir=/tmp/bench-$shape
   modes=("" "--param-offload --optimizer-offload --offload-step device")
