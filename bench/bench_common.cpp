@@ -25,6 +25,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--warmup", f.warmup, "untimed steps first");
   app.add_option("--lr", f.lr);
   app.add_flag("--ac", f.ac, "activation checkpointing per decoder layer");
+  app.add_flag("--param-offload", f.param_offload, "engine.param_offload: masters, shard grads in pinned host memory");
+  app.add_flag("--optimizer-offload", f.optimizer_offload, "engine.optimizer_offload: AdamW state in host memory");
+  app.add_option("--offload-step", f.offload_step, "engine.<backend>.offload_step: device (streamed) or host");
   app.add_option("--out", f.out, "append the JSON result here");
 }
 
@@ -55,6 +58,9 @@ EngineArgs engine_args(const Rank& rank, const EngineFlags& f) {
   args.model.enable_gradient_checkpointing = f.ac;
   args.engine.strategy = f.backend;
   args.engine.micro_batch_size_per_gpu = f.mbs;
+  args.engine.param_offload = f.param_offload;
+  args.engine.optimizer_offload = f.optimizer_offload;
+  if (!f.offload_step.empty()) args.engine.backend_options["offload_step"] = f.offload_step;
   args.engine.mixed_precision = MixedPrecisionConfig{c10::kBFloat16, c10::kFloat, c10::kFloat};
   args.optim.lr = f.lr;
   args.optim.weight_decay = 0.01;

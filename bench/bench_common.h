@@ -22,6 +22,8 @@ struct EngineFlags {
   std::string model_dir, plugin_dir, device = "cuda", backend = "fsdp2", out;
   int64_t mbs = 2, steps = 20, warmup = 5;
   bool ac = false;
+  bool param_offload = false, optimizer_offload = false;  // engine.param_offload / engine.optimizer_offload
+  std::string offload_step;                               // engine.<backend>.offload_step (device, host)
   double lr = 1e-5;
 };
 void add_engine_flags(CLI::App& app, EngineFlags& flags);
@@ -52,7 +54,7 @@ StepLog run_steps(BaseEngine& engine, const std::function<Batch(int64_t step)>& 
                   int64_t warmup, int64_t steps, int64_t rank);
 
 // Peak memory of this rank: CUDA memory allocated since run_steps began, or on CPU the process's peak resident set
-// (VmHWM).
+// (VmHWM, which counts pinned host memory too: what offloading spends).
 double peak_memory_gib(const std::string& device);
 
 double mean(const std::vector<double>& values);

@@ -88,10 +88,17 @@ int main(int argc, char** argv) {
 #endif
   }
   const double tok_s = static_cast<double>(mbs * seq * world) / bench::mean(log.seconds);
-  nlohmann::json result = {{"impl", "enginery-" + flags.backend}, {"seq", seq}, {"mbs", mbs}, {"ac", flags.ac},
+  const std::string offload = flags.param_offload && flags.optimizer_offload ? "+offload"
+                              : flags.param_offload                          ? "+param_offload"
+                              : flags.optimizer_offload                      ? "+optimizer_offload"
+                                                                             : "";
+  const std::string where = flags.offload_step.empty() ? "" : "(step on " + flags.offload_step + ")";
+  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where}, {"seq", seq}, {"mbs", mbs},
+                           {"ac", flags.ac},
                            {"world", world}, {"steps", flags.steps}, {"tokens_per_s", tok_s},
                            {"mfu", flops_per_token > 0 ? tok_s * flops_per_token / (989e12 * world) : 0.0},
                            {"peak_mem_gib", bench::peak_memory_gib(flags.device)},
+                           {"peak_host_gib", bench::peak_memory_gib("cpu")},
                            {"final_loss", log.losses.back()}, {"losses", log.losses}};
   bench::report(result, rank, flags.out);
   return 0;

@@ -23,6 +23,7 @@
 #ifdef ENGINERY_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #endif
 #include <torch/cuda.h>
 
@@ -134,6 +135,24 @@ inline int64_t cuda_allocated_bytes(int64_t index) {
   (void)index;
   return 0;
 #endif
+}
+
+// Page-locked host memory of exactly numel elements (cudaHostAlloc, freed with the tensor), for state that lives on
+// the host for good (engine.param_offload). Not the caching host allocator behind pin_memory(), which rounds every
+// block up to a power of two (up to 2x the host memory for shards of a few hundred MB) and keeps freed blocks.
+// Copies from it are asynchronous like from any pinned memory. CPU builds: plain memory.
+inline at::Tensor pinned_host_empty(int64_t numel, c10::ScalarType dtype) {
+  const auto options = at::TensorOptions().dtype(dtype).device(at::kCPU);
+#ifdef ENGINERY_WITH_CUDA
+  if (torch::cuda::is_available() && numel > 0) {
+    void* data = nullptr;
+    const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
+    const cudaError_t status = cudaHostAlloc(&data, bytes, cudaHostAllocDefault);
+    TORCH_CHECK(status == cudaSuccess, "cudaHostAlloc of ", bytes, " bytes failed: ", cudaGetErrorString(status));
+    return at::from_blob(data, {numel}, [](void* p) { cudaFreeHost(p); }, options);
+  }
+#endif
+  return at::empty({numel}, options);
 }
 
 inline void cuda_reset_peak_memory() {

@@ -23,6 +23,10 @@ SHAPES = {
                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
     "3B": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
                num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    # 7.6B parameters: fp32 masters, gradients and both AdamW moments are 122 GB, more than a 128 GiB host holds
+    # with everything offloaded (bench/gpu/run_offload_bench.sh runs it only when asked).
+    "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
 }
 PEAK_BF16_FLOPS = 989e12  # H200 dense bf16, the denominator
 

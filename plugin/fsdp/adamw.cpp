@@ -47,18 +47,22 @@ void AdamW::promote_grads_to_param_dtype() {
   }
 }
 
-void AdamW::step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
-  if (!fused_) {
-    throw EngineryError("needs CUDA fp32 shards and enginery's kernels or LibTorch 2.1+", "AdamW::step_fused");
-  }
-  torch::NoGradGuard no_grad;
-  ++step_;
+void AdamW::advance_device_steps(const torch::Tensor& found_inf) {
   if (found_inf.defined()) {
     auto inc = (1.0 - found_inf.to(torch::kFloat)).reshape({});
     for (auto& s : device_steps_) s.add_(inc);
   } else {
     for (auto& s : device_steps_) s.add_(1.0);
   }
+}
+
+void AdamW::step_fused(double lr, const torch::Tensor& grad_scale, const torch::Tensor& found_inf) {
+  if (!fused_ || copies_) {
+    throw EngineryError("needs resident CUDA fp32 shards and enginery's kernels or LibTorch 2.1+", "AdamW::step_fused");
+  }
+  torch::NoGradGuard no_grad;
+  ++step_;
+  advance_device_steps(found_inf);
   if (own_kernel_) {
     for (size_t i = 0; i < params_.size(); ++i) {
       kernels::adamw_(params_[i], grads_[i], exp_avg_[i], exp_avg_sq_[i], device_steps_[i], lr, beta1_, beta2_, eps_,
@@ -72,6 +76,10 @@ void AdamW::step_fused(double lr, const torch::Tensor& grad_scale, const torch::
 }
 
 void AdamW::step(double lr) {
+  if (copies_) {
+    step_streamed(lr, {}, torch::Tensor(), torch::Tensor());
+    return;
+  }
   if (fused_) {
     step_fused(lr, torch::Tensor(), torch::Tensor());
     return;
@@ -79,19 +87,39 @@ void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   promote_grads_to_param_dtype();
   ++step_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    update_one(i, params_[i], grads_[i], exp_avg_[i], exp_avg_sq_[i], lr, torch::Tensor(), torch::Tensor());
+  }
+}
+
+void AdamW::update_one(size_t i, torch::Tensor& p, const torch::Tensor& g, torch::Tensor& exp_avg,
+                       torch::Tensor& exp_avg_sq, double lr, const torch::Tensor& grad_scale,
+                       const torch::Tensor& found_inf) {
+  if (fused_ && own_kernel_) {
+    kernels::adamw_(p, g, exp_avg, exp_avg_sq, device_steps_[i], lr, beta1_, beta2_, eps_, weight_decay_, grad_scale,
+                    found_inf);
+    return;
+  }
+  if (fused_) {
+    const torch::Tensor grad = g.scalar_type() == p.scalar_type() ? g : g.to(p.scalar_type());
+    compat::fused_adamw_({p}, {grad}, {exp_avg}, {exp_avg_sq}, {device_steps_[i]}, lr, beta1_, beta2_, weight_decay_,
+                         eps_, grad_scale, found_inf);
+    return;
+  }
+  update_plain(p, g, exp_avg, exp_avg_sq, lr);
+}
+
+void AdamW::update_plain(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                         double lr) {
   const double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
   const double bias2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
   const double step_size = lr / bias1;
   const double bias2_sqrt = std::sqrt(bias2);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto& p = params_[i];
-    const auto& g = grads_[i];
-    p.mul_(1.0 - lr * weight_decay_);
-    exp_avg_[i].lerp_(g, 1.0 - beta1_);
-    exp_avg_sq_[i].mul_(beta2_).addcmul_(g, g, 1.0 - beta2_);
-    auto denom = (exp_avg_sq_[i].sqrt() / bias2_sqrt).add_(eps_);
-    p.addcdiv_(exp_avg_[i], denom, -step_size);
-  }
+  p.mul_(1.0 - lr * weight_decay_);
+  exp_avg.lerp_(g, 1.0 - beta1_);
+  exp_avg_sq.mul_(beta2_).addcmul_(g, g, 1.0 - beta2_);
+  auto denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(eps_);
+  p.addcdiv_(exp_avg, denom, -step_size);
 }
 
 }  // namespace fsdp

@@ -6,9 +6,11 @@
 // shard, bf16 gradients read as they are) where built, else torch's fused=True multi-tensor AdamW.
 #include <torch/torch.h>
 
+#include <memory>
 #include <vector>
 
 #include "host_api/config.h"
+#include "plugin/fsdp/copy_stream.h"
 #include "plugin/fsdp/fsdp_export.h"
 
 namespace enginery {
@@ -41,13 +43,40 @@ class ENGINERY_FSDP_API AdamW {
   std::vector<torch::Tensor>& device_steps() { return device_steps_; }
   void set_step_count(int64_t step);
 
+  // engine.param_offload / engine.optimizer_offload (adamw_streamed.cpp): the step runs unit by unit on the device,
+  // each shard's host-resident parts (params and grads when `params_on_host`, exp_avg and exp_avg_sq when
+  // `state_on_host`, which this moves there) uploaded one unit ahead and the updated ones downloaded behind it,
+  // with the very kernel of the resident step (elementwise, so per shard equals all at once). On a CPU engine
+  // the same staging runs with plain copies.
+  void stream_through(std::shared_ptr<CopyStream> copies, bool params_on_host, bool state_on_host);
+  bool streamed() const { return copies_ != nullptr; }
+  // The streamed step. Each staged gradient is first multiplied by `grad_multipliers` in order (the grad scaler's
+  // 1/scale, the clip coefficient: device tensors of one element), then the update runs; `grad_scale` and
+  // `found_inf` as for step_fused (fused() only).
+  void step_streamed(double lr, const std::vector<torch::Tensor>& grad_multipliers, const torch::Tensor& grad_scale,
+                     const torch::Tensor& found_inf);
+  // The alternative with params, grads and state all on the host (engine.<backend>.offload_step = host): one fused,
+  // multithreaded pass over each shard's host memory; nothing crosses the bus. Agrees with the other steps to fp32
+  // rounding (not bitwise: the arithmetic is arranged differently).
+  void step_on_host(double lr, const std::vector<torch::Tensor>& grad_multipliers);
+
  private:
+  // One shard's update: the fused kernel where fused(), else the reference math with this step's bias terms.
+  void update_one(size_t i, torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                  torch::Tensor& exp_avg_sq, double lr, const torch::Tensor& grad_scale,
+                  const torch::Tensor& found_inf);
+  void update_plain(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                    torch::Tensor& exp_avg_sq, double lr);
+  void advance_device_steps(const torch::Tensor& found_inf);
+
   std::vector<torch::Tensor> params_, grads_, exp_avg_, exp_avg_sq_;
   std::vector<torch::Tensor> device_steps_;  // fused path: fp32 scalar per param, the kernel's bias-correction step
   double beta1_, beta2_, eps_, weight_decay_;
   int64_t step_ = 0;
   bool fused_ = false;
   bool own_kernel_ = false;  // fused_ through kernels::adamw_ rather than ATen's multi-tensor fused AdamW
+  std::shared_ptr<CopyStream> copies_;  // streamed step (engine.param_offload / optimizer_offload)
+  bool params_on_host_ = false, state_on_host_ = false;
 };
 
 }  // namespace fsdp

@@ -380,6 +380,7 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
     error = e.what();
   }
   agree_or_throw(error, "load_checkpoint " + path, {});
+  fsdp_->drop_prefetched();  // uploads of the masters before the load are stale
   fsdp_->zero_grad();
 }
 

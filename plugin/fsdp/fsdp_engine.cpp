@@ -26,7 +26,8 @@ FSDPEngine::FSDPEngine(EngineArgs args, ModelBuilder model_builder)
       args_(std::move(args)),
       model_builder_(std::move(model_builder)),
       device_(resolve_device(args_)),
-      layout_(layout_for_backend(args_.engine.strategy)) {}
+      layout_(layout_for_backend(args_.engine.strategy)),
+      host_optimizer_step_(host_step_wanted(args_.engine)) {}
 
 ConfigSupport FSDPEngine::config_support(const std::string& device) {
   ConfigSupport s;
@@ -45,6 +46,11 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   s.keep_params_after_forward = true;
   s.dynamic_bsz = true;  // the host's loop forms the micro-batches; forward_step takes any number of rows
   s.remove_padding = true;  // the model packs each micro-batch's valid tokens (models/packed_sequences.h)
+  // Offload keeps state in host memory between uses (fsdp_engine_offload_step.cpp). Accepted on a CPU engine too,
+  // where that is where the state lives already: the same staging code runs there with plain copies.
+  s.param_offload = true;
+  s.optimizer_offload = true;
+  s.backend_options = {"offload_step"};  // [engine.<backend>] offload_step = "device" | "host"
   s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
   s.checkpoint_content_subsets = true;
   return s;
@@ -60,6 +66,7 @@ void FSDPEngine::initialize() {
   shard_model();
   check_precision_supported();
   build_optimizer();
+  place_offloaded_state();
   build_lr_scheduler();
   set_training(is_training());
 }

@@ -104,6 +104,10 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine
   // fallback).
   void check_precision_supported() const;
   void set_training(bool training) override;
+  // engine.param_offload / engine.optimizer_offload (fsdp_engine_offload_step.cpp): after build_optimizer, moves
+  // the masters and shard gradients (param_offload) and AdamW's moments (optimizer_offload) into pinned host memory
+  // for good and makes the optimizer step streamed. A no-op with both keys false.
+  void place_offloaded_state();
   // Throws EngineryError naming `what` when a part it needs (model, optimizer, grad) is offloaded.
   void require_resident(const std::string& what, bool model, bool optimizer, bool grad) const;
   // The data-parallel world group (built on first use when build_fsdp_module was skipped).
@@ -120,10 +124,19 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine
   ShardingLayout layout_;
 
  private:
+  // engine.<backend>.offload_step = host: the offloaded optimizer step runs on the host (AdamW::step_on_host).
+  // Read and checked at construction (fsdp_engine_offload_step.cpp).
+  static bool host_step_wanted(const EngineConfig& engine);
+  bool host_optimizer_step_ = false;
   // Parts moved to the CPU by move_state while the engine computes on a GPU.
   bool model_away_ = false;
   bool optimizer_away_ = false;
   bool grad_away_ = false;
+
+  // optimizer_step with the optimizer streamed (fsdp_engine_offload_step.cpp).
+  torch::Tensor streamed_optimizer_step();
+  // Whether this step is skipped (the scaler's found_inf, else a non-finite norm), said once on rank 0.
+  bool skip_step(const torch::Tensor& norm, ShardedGradScaler* scaler) const;
 
   // Checkpoint helpers (fsdp_checkpoint.cpp).
   void require_sharded(const std::string& what) const;

@@ -61,6 +61,12 @@ void FSDPEngine::move_state(const torch::Device& device, bool model, bool optimi
   const torch::Device target = device.is_cpu() ? torch::Device(torch::kCPU) : device_;
   const bool away = target != device_;
 
+  // State that engine.param_offload / optimizer_offload keep on the host is at home there: it neither leaves nor
+  // comes back, and its part is never marked away (so to(cpu) of a fully offloaded engine moves nothing).
+  model = model && !args_.engine.param_offload;
+  grad = grad && !args_.engine.param_offload;
+  optimizer = optimizer && !args_.engine.optimizer_offload;
+  fsdp_->drop_prefetched();
   std::vector<torch::Tensor*> tensors;
   for (auto& u : fsdp_->units()) {
     if (model) {

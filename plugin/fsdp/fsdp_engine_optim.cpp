@@ -39,6 +39,7 @@ torch::Tensor FSDPEngine::optimizer_step() {
   RECORD_USER_SCOPE("enginery::optimizer_step");
   torch::NoGradGuard no_grad;
   fsdp_->settle_grads();  // a unit no backward reached since zero_grad still owes its zeros
+  if (optimizer_->streamed()) return streamed_optimizer_step();
   // Shard grads may be bf16 where that held them exactly (FsdpUnit::reduce_grads). The device path hands them to
   // the optimizer untouched (it promotes if its kernel needs fp32); the host path unscales and clips them in place,
   // so it gets fp32 first.
@@ -73,19 +74,19 @@ torch::Tensor FSDPEngine::optimizer_step() {
     for (auto& g : grads) g.mul_(coef);
   }
 
-  bool skip;
-  if (scaler) {
-    skip = scaler->should_skip();
-  } else {
-    skip = !std::isfinite(norm.item<double>());
-    if (skip && args_.rank == 0) {
-      std::cerr << "enginery fsdp: grad norm is not finite (" << norm.item<double>()
-                << "); skipping this optimizer step on every rank\n";
-    }
-  }
-  if (!skip) optimizer_->step(lr_scheduler_->lr());
+  if (!skip_step(norm, scaler)) optimizer_->step(lr_scheduler_->lr());
   if (scaler) scaler->update();
   return norm;
+}
+
+bool FSDPEngine::skip_step(const torch::Tensor& norm, ShardedGradScaler* scaler) const {
+  if (scaler) return scaler->should_skip();
+  const bool skip = !std::isfinite(norm.item<double>());
+  if (skip && args_.rank == 0) {
+    std::cerr << "enginery fsdp: grad norm is not finite (" << norm.item<double>()
+              << "); skipping this optimizer step on every rank\n";
+  }
+  return skip;
 }
 
 double FSDPEngine::lr_scheduler_step() {

@@ -106,6 +106,9 @@ FsdpModule::~FsdpModule() = default;
 
 void FsdpModule::pre_forward(size_t unit) {
   units_.at(unit).unshard();
+  // A no-op unless the masters are on the host; not in a backward's recomputed forward (activation
+  // checkpointing), where the next unit is finished already.
+  if (!in_backward_ && unit + 1 < units_.size()) units_[unit + 1].prefetch_shard();
 }
 
 void FsdpModule::post_forward(size_t unit, const std::vector<torch::Tensor>& outputs) {
@@ -120,12 +123,14 @@ void FsdpModule::post_forward(size_t unit, const std::vector<torch::Tensor>& out
     out.register_hook([this, unit, reshard](const torch::Tensor&) {
       if (unit + 1 < units_.size()) finish_backward(unit + 1);
       if (reshard) units_[unit].unshard();
+      if (unit > 0) units_[unit - 1].prefetch_shard();  // its backward is next (no-op unless offloaded)
     });
   }
 }
 
 void FsdpModule::after_forward_only() {
   for (auto& u : units_) u.reshard();
+  drop_prefetched();
 }
 
 void FsdpModule::before_backward(bool sync) {
@@ -150,6 +155,15 @@ void FsdpModule::after_backward(bool sync) {
     units_[i].reshard();
   }
   in_backward_ = false;
+  drop_prefetched();  // recomputed forwards (activation checkpointing) may have started uploads no one takes
+}
+
+void FsdpModule::keep_masters_on_host(const std::shared_ptr<CopyStream>& copies) {
+  for (auto& u : units_) u.keep_master_on_host(copies);
+}
+
+void FsdpModule::drop_prefetched() {
+  for (auto& u : units_) u.drop_prefetched_shard();
 }
 
 void FsdpModule::settle_grads() {

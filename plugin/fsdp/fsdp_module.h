@@ -65,6 +65,10 @@ class ENGINERY_FSDP_API FsdpModule : public models::UnitHooks {
 
   void zero_grad();  // shard grads (deferred, see FsdpUnit::zero_shard_grad) and any leftover full grads
   void settle_grads();  // carries out pending zeros: before anything reads the shard grads it holds
+  // engine.param_offload: every unit keeps its master and shard gradient on the host (FsdpUnit::keep_master_on_host);
+  // each unshard then starts the upload of the unit that comes next (the next in forward, the previous in backward).
+  void keep_masters_on_host(const std::shared_ptr<CopyStream>& copies);
+  void drop_prefetched();  // uploads nobody consumed; the masters may change before the next pass
   std::vector<FsdpUnit>& units() { return units_; }
   const DpGroups& groups() const { return groups_; }
   const FsdpOptions& options() const { return options_; }

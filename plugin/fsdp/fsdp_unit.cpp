@@ -94,19 +94,21 @@ void FsdpUnit::unshard() {
   if (state_ == State::kUnsharded) return;
   RECORD_USER_SCOPE("fsdp::unshard");
   torch::NoGradGuard no_grad;
+  // The master on the device: the shard itself, or its upload from host memory (engine.param_offload).
+  const torch::Tensor master = copies_ ? master_for_unshard() : shard_;
   alloc_full_storage();
   if (shard_group_->size() == 1) {
     // Nothing to gather: cast the master shard straight into the full parameters (one pass, no staging buffers).
     if (layout_->aliases_packed()) {
-      gathered_.copy_(shard_);
+      gathered_.copy_(master);
     } else {
-      auto full = layout_->unpack(shard_);
+      auto full = layout_->unpack(master);
       for (size_t i = 0; i < params_.size(); ++i) params_[i].variable_data().copy_(full[i]);
     }
     state_ = State::kUnsharded;
     return;
   }
-  auto local = shard_.to(precision_.param_dtype);
+  auto local = master.to(precision_.param_dtype);
   if (layout_->aliases_packed()) {
     shard_group_->all_gather_into(gathered_, local);
   } else {
@@ -145,11 +147,24 @@ void FsdpUnit::promote_shard_grad_to_fp32() {
 
 void FsdpUnit::zero_shard_grad() {
   torch::NoGradGuard no_grad;
+  if (copies_) {  // the pinned buffer stays; the next reduction overwrites it
+    zero_pending_ = true;
+    grad_norm_ = torch::Tensor();
+    return;
+  }
   shard_grad_.set_data(torch::empty({0}, shard_.options()));
   zero_pending_ = true;
 }
 
 void FsdpUnit::settle_shard_grad() {
+  if (copies_) {
+    copies_->synchronize();  // a download into the host gradient may still be under way
+    if (!zero_pending_) return;
+    shard_grad_.zero_();
+    grad_norm_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+    zero_pending_ = false;
+    return;
+  }
   if (!zero_pending_) return;
   adopt_shard_grad(torch::zeros({layout_->shard_numel()}, shard_.options()));
 }
@@ -201,7 +216,7 @@ bool FsdpUnit::accumulate_full_grads_in_place() {
 void FsdpUnit::reduce_grads() {
   RECORD_USER_SCOPE("fsdp::reduce_grads");
   torch::NoGradGuard no_grad;
-  if (shard_group_->size() == 1 && (replicate_group_ == nullptr || replicate_group_->size() == 1) &&
+  if (!copies_ && shard_group_->size() == 1 && (replicate_group_ == nullptr || replicate_group_->size() == 1) &&
       precision_.reduce_dtype == torch::kFloat && accumulate_full_grads_in_place()) {
     return;
   }
@@ -222,6 +237,10 @@ void FsdpUnit::reduce_grads() {
   if (replicate_group_ != nullptr && replicate_group_->size() > 1) replicate_group_->all_reduce(reduced);
   auto reduced_fp32 = reduced.to(torch::kFloat);
   if (prediv != 1.0) reduced_fp32.mul_(prediv);
+  if (copies_) {
+    land_reduced_grad(reduced_fp32);
+    return;
+  }
   if (zero_pending_) {
     adopt_shard_grad(reduced_fp32);  // a fresh buffer of this reduction: it becomes the shard gradient
   } else {

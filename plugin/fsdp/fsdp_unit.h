@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plugin/fsdp/collectives.h"
+#include "plugin/fsdp/copy_stream.h"
 #include "plugin/fsdp/fsdp_export.h"
 #include "plugin/fsdp/shard_layout.h"
 
@@ -76,12 +77,29 @@ class ENGINERY_FSDP_API FsdpUnit {
   std::vector<torch::Tensor> gather_full(c10::ScalarType dtype) const;
   std::vector<torch::Tensor> gather_full_master() const { return gather_full(shard_.scalar_type()); }
 
+  // engine.param_offload (fsdp_param_offload.cpp): the master shard and the shard gradient move into the host memory
+  // of `copies` for good (the tensor objects stay, so the optimizer follows). unshard() then uploads the master
+  // (prefetch_shard() starts that earlier, on a side stream, while another unit computes) and reduce_grads()
+  // downloads the reduced gradient after taking its norm on the device (shard_grad_norm()). The host's pinned
+  // gradient buffer is kept across zero_grad (host memory is what offloading spends); a pending zero is a flag.
+  void keep_master_on_host(std::shared_ptr<CopyStream> copies);
+  bool master_on_host() const { return copies_ != nullptr; }
+  void prefetch_shard();
+  // Forgets an upload nobody consumed (the master may change before the next unshard).
+  void drop_prefetched_shard();
+  // fp32 0-dim on the device: the 2-norm of the shard gradient, accumulated in fp32 (0 for a pending zero). With
+  // the master on the host it was taken at the reduction that produced the gradient, so the step needs no upload
+  // for the norm.
+  torch::Tensor shard_grad_norm();
+
  private:
   void free_full_storage();
   void alloc_full_storage();
   bool accumulate_full_grads_in_place();
   void adopt_shard_grad(const torch::Tensor& fresh);
   void promote_shard_grad_to_fp32();
+  torch::Tensor master_for_unshard();
+  void land_reduced_grad(torch::Tensor reduced);
 
   std::string name_;
   std::vector<std::string> param_names_;
@@ -97,6 +115,9 @@ class ENGINERY_FSDP_API FsdpUnit {
   State state_ = State::kUnsharded;
   bool zero_pending_ = false;
   bool keep_exact_bf16_grads_ = true;
+  std::shared_ptr<CopyStream> copies_;  // set: the master and its gradient live on the host
+  CopyStream::Pending prefetched_;      // an upload of the master started by prefetch_shard()
+  torch::Tensor grad_norm_;             // host-resident gradient: its norm, taken on the device
 };
 
 }  // namespace fsdp

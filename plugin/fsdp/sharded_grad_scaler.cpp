@@ -26,7 +26,7 @@ int64_t ShardedGradScaler::growth_tracker() const { return growth_tracker_.item<
 void ShardedGradScaler::unscale_(const std::vector<torch::Tensor>& grads, const Collectives& dp_group) {
   torch::NoGradGuard no_grad;
   found_inf_.zero_();
-  const auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);  // as torch.amp.GradScaler
+  const auto inv_scale = this->inv_scale();
   if (scale_.is_cuda()) {
     at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
   } else {
@@ -36,6 +36,16 @@ void ShardedGradScaler::unscale_(const std::vector<torch::Tensor>& grads, const 
       const_cast<torch::Tensor&>(g).mul_(inv_scale);
     }
   }
+  dp_group.all_reduce(found_inf_, ReduceOp::kMax);
+}
+
+torch::Tensor ShardedGradScaler::inv_scale() const {
+  return scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);  // as torch.amp.GradScaler
+}
+
+void ShardedGradScaler::record_found_inf(const torch::Tensor& non_finite, const Collectives& dp_group) {
+  torch::NoGradGuard no_grad;
+  found_inf_.copy_(non_finite.reshape({1}));
   dp_group.all_reduce(found_inf_, ReduceOp::kMax);
 }
 

@@ -28,7 +28,12 @@ class ENGINERY_FSDP_API ShardedGradScaler : public GradScaler {
 
   // Multiplies `grads` by 1/scale in place and records whether any rank of `dp_group` saw inf/nan (collective).
   void unscale_(const std::vector<torch::Tensor>& grads, const Collectives& dp_group);
-  // The one host sync of a step: whether the optimizer must skip. Call after unscale_.
+  // The offloaded step's unscale_ (its gradients are on the host, their norms on the device): records `non_finite`
+  // (fp32 [1], > 0 where this rank's gradients hold an inf or nan) agreed MAX over `dp_group`; the step multiplies
+  // each staged gradient by inv_scale() itself.
+  void record_found_inf(const torch::Tensor& non_finite, const Collectives& dp_group);
+  torch::Tensor inv_scale() const;  // fp32 [1], as unscale_ computes it
+  // The one host sync of a step: whether the optimizer must skip. Call after unscale_ (or record_found_inf).
   bool should_skip();
   // Backoff on found_inf, growth after growth_interval clean steps (ATen's _amp_update_scale_).
   void update();

@@ -62,7 +62,7 @@ ConfigSupport VeOmniEngine::config_support(const std::string& device) {
   s.scaler_modes = {ScalerMode::kAuto, ScalerMode::kNever};
   s.hsdp = false;
   s.keep_params_after_forward = false;
-  s.backend_options = {"enable_full_shard", "mixed_precision"};
+  s.backend_options = {"enable_full_shard", "mixed_precision", "offload_step"};  // the last is FSDPEngine's
   return s;
 }
 

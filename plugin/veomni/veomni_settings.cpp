@@ -21,9 +21,11 @@ VeOmniSettings parse_settings(const EngineConfig& engine) {
       s.enable_full_shard = parse_bool(key, value);
     } else if (key == "mixed_precision") {
       s.mixed_precision = parse_bool(key, value);
+    } else if (key == "offload_step") {
+      // FSDPEngine's (where the offloaded optimizer step runs); it reads and checks it.
     } else {
       throw EngineryError("unknown option '" + key + "'", "engine.veomni." + key,
-                          "enable_full_shard, mixed_precision");
+                          "enable_full_shard, mixed_precision, offload_step");
     }
   }
   return s;

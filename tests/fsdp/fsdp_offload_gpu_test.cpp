@@ -3,8 +3,11 @@
 // to(cuda) brings back exactly as much, and the next step is bitwise equal to an engine that never moved. Prints
 // the seconds each way and the GB/s of the copies (the lead runs it on the H200; docs/BENCHMARKS.md).
 // ENGINERY_OFFLOAD_MODEL=<HF directory or builtin:...> measures a real model instead of the synthetic one.
+// ParamOffloadGpuTest: engine.param_offload / optimizer_offload on CUDA in bf16 against a resident engine (same
+// steps within fp32 rounding, see there) and the GPU memory held between steps without the offloaded state.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -33,8 +36,11 @@ EngineArgs cuda_args(const std::string& strategy) {
   return args;
 }
 
-std::unique_ptr<fsdp::FSDPEngine> make_engine(const std::string& strategy) {
+std::unique_ptr<fsdp::FSDPEngine> make_engine(const std::string& strategy, bool param_offload = false,
+                                              bool optimizer_offload = false) {
   auto args = cuda_args(strategy);
+  args.engine.param_offload = param_offload;
+  args.engine.optimizer_offload = optimizer_offload;
   const char* model = std::getenv("ENGINERY_OFFLOAD_MODEL");
   std::unique_ptr<fsdp::FSDPEngine> engine;
   if (model != nullptr && *model != '\0') {
@@ -142,6 +148,79 @@ TEST_P(GpuOffloadTest, OptimizerAloneAwayAllowsInferenceButNoStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, GpuOffloadTest, ::testing::Values("fsdp", "fsdp2"));
+
+double max_abs_diff(BaseEngine& a, BaseEngine& b) {
+  const auto pa = engine_params(a), pb = engine_params(b);
+  double diff = 0.0;
+  for (const auto& [name, t] : pa) {
+    diff = std::max(diff, (t.to(torch::kDouble) - pb.at(name).to(torch::kDouble)).abs().max().item<double>());
+  }
+  return diff;
+}
+
+class ParamOffloadGpuTest : public ::testing::TestWithParam<std::string> {};
+
+// The same steps as a resident engine. Not bitwise: at one rank the resident engine keeps exact bf16 shard gradients
+// and takes their norms with a bf16 reduction kernel, while the offloaded one downloads fp32 gradients and takes
+// fp32 norms, so the clip coefficient may differ in its last bits (the updates use the same fused AdamW kernel,
+// shard by shard). The first loss is bitwise (same masters, same gather); later steps agree to fp32 rounding.
+TEST_P(ParamOffloadGpuTest, StepsMatchTheResidentEngine) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device or no NCCL in this build";
+  const std::vector<std::pair<bool, bool>> combinations = {{true, true}, {true, false}, {false, true}};
+  for (const auto& [params, optimizer] : combinations) {
+    auto offloaded = make_engine(GetParam(), params, optimizer);
+    auto reference = make_engine(GetParam());
+    const std::string what = std::string("param_offload=") + (params ? "1" : "0") + " optimizer_offload=" +
+                             (optimizer ? "1" : "0");
+    for (int step = 0; step < 3; ++step) {
+      const Batch batch = gpu_batch(20 + step);
+      const auto got = offloaded->train_batch(batch, sft_loss);
+      const auto want = reference->train_batch(batch, sft_loss);
+      const double loss = got.loss.item<double>(), want_loss = want.loss.item<double>();
+      if (step == 0) EXPECT_EQ(loss, want_loss) << what << ": first loss";
+      EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss)) << what << ", step " << step;
+      const double norm = got.grad_norm.item<double>(), want_norm = want.grad_norm.item<double>();
+      EXPECT_NEAR(norm, want_norm, 1e-5 * want_norm) << what << ", step " << step << ": grad norm";
+    }
+    const double diff = max_abs_diff(*offloaded, *reference);
+    EXPECT_LE(diff, 1e-5) << what << ": parameters after 3 steps";
+    std::cout << what << ": max |param diff| after 3 steps " << diff << "\n";
+  }
+}
+
+// Between steps the GPU holds neither the masters, the shard gradients nor AdamW's moments of a fully offloaded
+// engine: what it allocates is a small part of that state (buffers, per-shard norms and step counters), while a
+// resident engine holds all of it.
+TEST_P(ParamOffloadGpuTest, GpuMemoryBetweenStepsExcludesOffloadedState) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device or no NCCL in this build";
+  auto held_after_a_step = [&](bool offload, int64_t& state) {
+    torch::cuda::synchronize();
+    compat::cuda_empty_cache();
+    const int64_t before = compat::cuda_allocated_bytes(0);
+    auto engine = make_engine(GetParam(), offload, offload);
+    engine->train_batch(gpu_batch(30), sft_loss);
+    engine->train_batch(gpu_batch(31), sft_loss);
+    torch::cuda::synchronize();
+    state = state_bytes(*engine);
+    if (offload) {
+      for (auto& u : engine->fsdp_module()->units()) {
+        EXPECT_TRUE(u.shard().is_cpu() && u.shard().is_pinned()) << u.name() << ": master not in pinned memory";
+        EXPECT_TRUE(u.shard_grad_unsettled().is_cpu()) << u.name() << ": shard gradient not on the host";
+      }
+      for (const auto& t : engine->optimizer()->exp_avg()) EXPECT_TRUE(t.is_cpu() && t.is_pinned());
+    }
+    return compat::cuda_allocated_bytes(0) - before;
+  };
+  int64_t resident_state = 0, offloaded_state = 0;
+  const int64_t resident = held_after_a_step(false, resident_state);
+  const int64_t offloaded = held_after_a_step(true, offloaded_state);
+  std::cout << GetParam() << ": GPU allocated between steps " << resident / 1e9 << " GB resident, " << offloaded / 1e9
+            << " GB offloaded (state " << offloaded_state / 1e9 << " GB)\n";
+  EXPECT_GE(resident, resident_state * 9 / 10) << "the resident engine should hold its state on the GPU";
+  EXPECT_LE(offloaded, offloaded_state / 10) << "the offloaded engine holds state on the GPU between steps";
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, ParamOffloadGpuTest, ::testing::Values("fsdp", "fsdp2"));
 
 }  // namespace
 }  // namespace fsdp_test
