@@ -187,7 +187,7 @@ def test_unsupported_batch_entries_are_named(change, named):
 @pytest.mark.parametrize("engine_config, named", [
     ({"no_such_key": 1}, "engine.no_such_key"),
     ({"strategy": "fsdp"}, "engine_config.strategy"),   # verl's own fsdp: not a name this adapter registers
-    ({"param_offload": True}, "engine.param_offload"),  # verl's key, not implemented by the fsdp engine
+    ({"forward_prefetch": True}, "engine.forward_prefetch"),  # verl's key, not implemented by the fsdp engine
 ])
 def test_unknown_or_unsupported_config_keys_are_named(engine_config, named):
     with pytest.raises(enginery.EngineryError, match=named):

@@ -20,7 +20,7 @@ _DATACLASS_FIELDS = {
               "enable_gradient_checkpointing"),
     "engine": ("strategy", "micro_batch_size_per_gpu", "use_dynamic_bsz", "max_token_len_per_gpu", "fsdp_size",
                "reshard_after_forward", "forward_prefetch", "mixed_precision", "model_dtype", "seed",
-               "forward_only", "entropy_from_logits_with_chunking"),
+               "forward_only", "entropy_from_logits_with_chunking", "param_offload", "optimizer_offload"),
     "optim": ("optimizer", "lr", "betas", "eps", "weight_decay", "clip_grad", "lr_scheduler_type",
               "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "total_training_steps"),
     "checkpoint": ("save_contents", "load_contents", "async_save"),
@@ -94,6 +94,7 @@ class EngineryVerlEngine:
                     "optim": _section(optimizer_config, "optim"),
                     "checkpoint": _section(checkpoint_config, "checkpoint")}
         strategy = sections["engine"].pop("strategy", None)
+        self._engine_section = dict(sections["engine"])
         self.backend = backend if backend is not None else backend_of(strategy or BACKEND_PREFIX + "fsdp")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         enginery.load_plugins(list(plugin_dirs))
@@ -110,14 +111,15 @@ class EngineryVerlEngine:
     def eval_mode(self, **kwargs):
         return _ModeContext(self, training=False)
 
-    # enginery honours neither engine.param_offload nor engine.optimizer_offload: offload is the caller's to().
+    # engine.param_offload / engine.optimizer_offload keep that state in host memory for the whole run (the engine
+    # brings units to the GPU as it needs them); moving everything away between phases is the caller's to().
     @property
     def is_param_offload_enabled(self):
-        return False
+        return bool(self._engine_section.get("param_offload", False))
 
     @property
     def is_optimizer_offload_enabled(self):
-        return False
+        return bool(self._engine_section.get("optimizer_offload", False))
 
     # --- steps ---
     def forward_backward_batch(self, data, loss_function, forward_only=False):
