@@ -25,25 +25,33 @@ void check_params(const SamplingParams& p) {
 
 // Left padding only: the last column must be a real token of every row, since it is the one whose logits pick
 // the first response token, and every row needs one.
-void check_prompts(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask) {
+void check_prompts(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask, int64_t pad_id) {
   const char* where = "generate";
-  if (model.head_kind() != HeadKind::kLanguageModel) throw EngineryError("a value model cannot generate", where, "language_model");
+  if (model.head_kind() != HeadKind::kLanguageModel) {
+    throw EngineryError("a value model cannot generate", where, "language_model");
+  }
   if (ids.dim() != 2 || ids.size(0) < 1 || ids.size(1) < 1 || !mask.defined() || mask.sizes() != ids.sizes()) {
     throw EngineryError("prompt_ids and prompt_mask must both be [batch, prompt length], non-empty", where);
   }
   auto valid = mask.to(torch::kBool);
   const int64_t p = ids.size(1);
-  // Once real, every later token is real: a real token never precedes a pad.
-  const bool ordered = p == 1 || valid.narrow(1, 0, p - 1).logical_and(valid.narrow(1, 1, p - 1).logical_not())
-                                     .any()
-                                     .item<bool>() == false;
-  if (!ordered || !valid.select(1, p - 1).all().item<bool>()) {
+  // Once real, every later token is real: no real token is followed by a pad.
+  const bool real_then_pad =
+      p > 1 && valid.narrow(1, 0, p - 1).logical_and(valid.narrow(1, 1, p - 1).logical_not()).any().item<bool>();
+  if (real_then_pad || !valid.select(1, p - 1).all().item<bool>()) {
     throw EngineryError("prompts must be left-padded, each with at least one real token", "prompt_mask",
                         "rows of 0s then 1s, ending in 1");
   }
   const int64_t vocab = model.args().vocab_size;
-  if (ids.masked_select(valid).lt(0).any().item<bool>() || ids.masked_select(valid).ge(vocab).any().item<bool>()) {
-    throw EngineryError("a prompt token id is outside the vocabulary", "prompt_ids", "0 .. " + std::to_string(vocab - 1));
+  auto real_ids = ids.masked_select(valid);
+  if (real_ids.lt(0).logical_or(real_ids.ge(vocab)).any().item<bool>()) {
+    throw EngineryError("a prompt token id is outside the vocabulary", "prompt_ids",
+                        "0 .. " + std::to_string(vocab - 1));
+  }
+  // Finished sequences feed pad_token_id through the embeddings.
+  if (pad_id < 0 || pad_id >= vocab) {
+    throw EngineryError("pad_token_id = " + std::to_string(pad_id) + " is outside the vocabulary", "SamplingParams",
+                        "0 .. " + std::to_string(vocab - 1));
   }
 }
 
@@ -78,7 +86,9 @@ GenerationResult generate(CausalLM& model, const torch::Tensor& prompt_ids, cons
   const auto device = weight.device();
   auto ids = prompt_ids.to(device, torch::kLong);
   auto prompt = prompt_mask.to(device, torch::kLong);
-  check_prompts(model, ids, prompt);
+  check_prompts(model, ids, prompt, params.pad_token_id);
+  // Whatever the caller put at padding (-1, say) never reaches the embeddings.
+  ids = ids.masked_fill(prompt.logical_not(), params.pad_token_id);
   const int64_t b = ids.size(0), p = ids.size(1), max_new = params.max_new_tokens;
 
   KVCache cache(model.args(), b, p + max_new, weight.options());

@@ -25,7 +25,8 @@ struct SamplingParams {
 };
 
 struct GenerationResult {
-  torch::Tensor sequences;       // [B, P + N] int64: the left-padded prompts, then the responses (pad after stop)
+  // [B, P + N] int64: the left-padded prompts (pad_token_id at their padding), then the responses (pad after stop)
+  torch::Tensor sequences;
   torch::Tensor attention_mask;  // [B, P + N] int64: 1 on real prompt tokens and on generated tokens up to the stop
   torch::Tensor response_mask;   // [B, N] int64: 1 on generated tokens up to and including eos
   torch::Tensor response_lengths;  // [B] int64

@@ -85,9 +85,10 @@ TEST(GenerateCommand, BadPromptsAndFlagsAreNamed) {
   fails_with("{\"prompts\": []}", "", "a JSON list of lists of integer token ids");
   fails_with("[[1, 2]]", "--max-new-tokens 5000", "max_position_embeddings");
   fails_with("[[1, 2]]", "--eos-token-id 999", "--eos-token-id");
-  fails_with("[[1, 2]]", "--temperature 0", "--temperature");
-  EXPECT_NE(run("--model builtin:qwen2-tiny --prompts '" + tmp.sub("missing.json") + "' --out '" + tmp.sub("o.json") + "'",
-                tmp.sub("log")),
+  fails_with("[[1, 2]]", "--temperature 0", "--temperature: temperature 0");
+  fails_with("[[1, 2]]", "--top-p 0", "(allowed: (0, 1])");
+  const auto missing = tmp.sub("missing.json");
+  EXPECT_NE(run("--model builtin:qwen2-tiny --prompts '" + missing + "' --out '" + tmp.sub("o.json") + "'", tmp.sub("log")),
             0);
   EXPECT_NE(testing::read_bytes(tmp.sub("log")).find(tmp.sub("missing.json")), std::string::npos);
 }

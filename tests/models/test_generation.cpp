@@ -244,6 +244,19 @@ TEST(Generation, TopKAndTopPSampleOnlyWhatTheyKeep) {
   for (int64_t i = 0; i < 256; ++i) EXPECT_TRUE(nucleus.count(drawn[i].item<int64_t>())) << "top_p drew outside";
 }
 
+TEST(Generation, WhateverIsAtPaddingIsIgnored) {
+  auto model = builtin("qwen3-tiny");
+  const auto prompts = left_padded({2, 5}, model->args().vocab_size, 23);
+  SamplingParams sp;
+  sp.greedy = true;
+  sp.pad_token_id = 7;
+  auto expected = generate(*model, prompts.ids, prompts.mask, sp);
+  auto odd = prompts.ids.masked_fill(prompts.mask.logical_not(), -1);
+  auto r = generate(*model, odd, prompts.mask, sp);
+  EXPECT_TRUE(r.sequences.equal(expected.sequences));
+  EXPECT_EQ(r.sequences[0][0].item<int64_t>(), 7);
+}
+
 TEST(Generation, BadInputsAreRefusedByName) {
   auto model = builtin("qwen2-tiny");
   auto prompts = left_padded({3, 2}, model->args().vocab_size, 1);
@@ -267,6 +280,9 @@ TEST(Generation, BadInputsAreRefusedByName) {
   SamplingParams wide;
   wide.top_p = 1.5;
   EXPECT_NE(message(prompts.ids, prompts.mask, wide).find("(0, 1]"), std::string::npos);
+  SamplingParams bad_pad;
+  bad_pad.pad_token_id = -1;
+  EXPECT_NE(message(prompts.ids, prompts.mask, bad_pad).find("pad_token_id"), std::string::npos);
   auto critic = builtin("qwen2-tiny", "value_model");
   EXPECT_THROW(generate(*critic, prompts.ids, prompts.mask, sp), EngineryError);
 }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 
@@ -24,8 +25,8 @@ namespace {
 struct GenerateArgs {
   std::string model, prompts, out, dtype = "fp32", device = "cpu";
   models::SamplingParams sampling;
-  std::vector<int64_t> eos;           // empty: config.json's eos_token_id (an id or a list), if any
-  std::optional<int64_t> pad;         // unset: config.json's pad_token_id, else 0
+  std::vector<int64_t> eos;    // empty: config.json's eos_token_id (an id or a list), if any
+  std::optional<int64_t> pad;  // unset: config.json's pad_token_id, else 0
   int64_t batch_size = 64;
 };
 
@@ -52,10 +53,13 @@ void resolve_special_ids(GenerateArgs& a, const models::ModelArgs& args) {
   sp.pad_token_id = a.pad ? *a.pad : (pad.empty() ? 0 : pad.front());
   const std::string range = "0 .. " + std::to_string(args.vocab_size - 1);
   for (int64_t id : eos) {
-    if (id < 0 || id >= args.vocab_size) throw EngineryError("eos id " + std::to_string(id) + " is outside the vocabulary", "--eos-token-id", range);
+    if (id < 0 || id >= args.vocab_size) {
+      throw EngineryError("eos id " + std::to_string(id) + " is outside the vocabulary", "--eos-token-id", range);
+    }
   }
   if (sp.pad_token_id < 0 || sp.pad_token_id >= args.vocab_size) {
-    throw EngineryError("pad id " + std::to_string(sp.pad_token_id) + " is outside the vocabulary", "--pad-token-id", range);
+    throw EngineryError("pad id " + std::to_string(sp.pad_token_id) + " is outside the vocabulary", "--pad-token-id",
+                        range);
   }
   if (!eos.empty()) sp.eos_token_id = eos.front();
   sp.stop_token_ids.assign(eos.begin() + (eos.empty() ? 0 : 1), eos.end());
@@ -93,11 +97,29 @@ std::pair<torch::Tensor, torch::Tensor> left_pad(const std::vector<std::vector<i
   return {ids, mask};
 }
 
-int run_generate(GenerateArgs a) {
+// The numeric flags, named as the user typed them (generate() would name SamplingParams fields instead).
+void check_flags(const GenerateArgs& a) {
+  const auto& sp = a.sampling;
+  if (!(sp.temperature > 0.0) || !std::isfinite(sp.temperature)) {
+    throw EngineryError("temperature " + std::to_string(sp.temperature), "--temperature", "a finite number > 0");
+  }
+  if (!(sp.top_p > 0.0 && sp.top_p <= 1.0)) {
+    throw EngineryError("top-p " + std::to_string(sp.top_p), "--top-p", "(0, 1]");
+  }
+  if (sp.top_k < 0) throw EngineryError("top-k " + std::to_string(sp.top_k), "--top-k", "0 (off) or >= 1");
+  if (sp.max_new_tokens < 1) {
+    throw EngineryError(std::to_string(sp.max_new_tokens) + " new tokens", "--max-new-tokens", ">= 1");
+  }
+  if (a.batch_size < 1) {
+    throw EngineryError(std::to_string(a.batch_size) + " prompts per batch", "--batch-size", ">= 1");
+  }
   if (a.device == "cuda" && !torch::cuda::is_available()) {
     throw EngineryError("CUDA is not available in this build or on this machine", "--device", "cpu");
   }
-  if (a.batch_size < 1) throw EngineryError("--batch-size " + std::to_string(a.batch_size), "--batch-size", ">= 1");
+}
+
+int run_generate(GenerateArgs a) {
+  check_flags(a);
   require_regular_file(a.prompts, "a JSON file of token-id lists");  // before the model is built: fails fast
   const torch::Device device = a.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   ModelConfig cfg;
@@ -150,14 +172,10 @@ CommandRegistration registration(
                      "JSON file to write: {\"responses\": [[...]], \"lengths\": [...], \"stopped\": [...]}")
           ->required();
       sub.add_flag("--greedy", sp.greedy, "Argmax decoding (temperature, top-p, top-k ignored)");
-      sub.add_option("--temperature", sp.temperature, "Sampling temperature, > 0 (default 1)")
-          ->check(CLI::PositiveNumber);
-      sub.add_option("--top-p", sp.top_p, "Nucleus sampling mass in (0, 1]; 1 = off (default)")
-          ->check(CLI::Range(0.0, 1.0));
-      sub.add_option("--top-k", sp.top_k, "Sample among the k most likely tokens; 0 = off (default)")
-          ->check(CLI::NonNegativeNumber);
-      sub.add_option("--max-new-tokens", sp.max_new_tokens, "Tokens to generate at most per prompt (default 16)")
-          ->check(CLI::PositiveNumber);
+      sub.add_option("--temperature", sp.temperature, "Sampling temperature, > 0 (default 1)");
+      sub.add_option("--top-p", sp.top_p, "Nucleus sampling mass in (0, 1]; 1 = off (default)");
+      sub.add_option("--top-k", sp.top_k, "Sample among the k most likely tokens; 0 = off (default)");
+      sub.add_option("--max-new-tokens", sp.max_new_tokens, "Tokens to generate at most per prompt (default 16)");
       sub.add_option("--seed", sp.seed, "Sampling seed (default 0); batch i uses seed + i");
       sub.add_option("--eos-token-id", a->eos,
                      "Stop token id(s) (repeatable); default: config.json's eos_token_id, none if absent");
