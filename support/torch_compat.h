@@ -32,9 +32,9 @@
 
 #include <cerrno>
 #include <chrono>
-#include <mutex>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 
 #define ENGINERY_TORCH_AT_LEAST(major, minor) \
