@@ -56,14 +56,17 @@ torch::Tensor CausalLM::output_embedding_weight() {
 
 namespace {
 
-// Bool [B, 1, T, T]: causal, keys restricted to real tokens. Every query may always see itself, so rows of padding
-// queries are never fully masked (a fully masked row would give NaN in softmax and in its gradient).
-torch::Tensor padded_causal_mask(const torch::Tensor& valid) {
-  const int64_t t = valid.size(1);
+// Bool [B, 1, T, S] for the last T of S tokens (valid [B, S]; T = S without a cache): causal, keys restricted to
+// real tokens. Every query may always see itself, so rows of padding queries are never fully masked (a fully
+// masked row would give NaN in softmax and in its gradient).
+torch::Tensor padded_causal_mask(const torch::Tensor& valid, int64_t t) {
+  const int64_t s = valid.size(1);
   auto opts = valid.options().dtype(torch::kBool);
-  auto causal = torch::ones({t, t}, opts).tril();
+  auto causal = torch::ones({t, s}, opts).tril(s - t);
   auto allowed = causal.unsqueeze(0).logical_and(valid.unsqueeze(1));
-  allowed = allowed.logical_or(torch::eye(t, opts).unsqueeze(0));
+  auto self = torch::eye(t, s, opts);
+  if (s != t) self = self.roll(s - t, 1);  // query i is token s - t + i
+  allowed = allowed.logical_or(self.unsqueeze(0));
   return allowed.unsqueeze(1);
 }
 
@@ -89,7 +92,7 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
   }
 
   AttentionContext ctx;
-  if (!all_valid) ctx.mask = padded_causal_mask(valid);
+  if (!all_valid) ctx.mask = padded_causal_mask(valid, t);
   auto h = body_forward(ids, positions, std::move(ctx), hooks);
   if (head_ == HeadKind::kValue) {
     return value_head(score_(h).squeeze(-1).to(torch::kFloat) * valid.to(torch::kFloat), hooks);
@@ -131,14 +134,7 @@ ModelOutput CausalLM::packed_forward(const torch::Tensor& ids, const torch::Tens
 
 torch::Tensor CausalLM::body_forward(const torch::Tensor& ids, const torch::Tensor& positions, AttentionContext ctx,
                                      UnitHooks* hooks) {
-  const auto device = ids.device();
-  ctx.rope = rope_tables(inv_freq_.to(device), positions);
-  // Cast once per forward to the embeddings' dtype, as transformers casts its fp32 tables to the dtype of the
-  // hidden states entering the layers; under FSDP that is param_dtype, the dtype q and k have, so the layers'
-  // own cast to q's dtype becomes a no-op instead of two casts per layer.
-  const auto embed_dtype = model_->embed_tokens->weight.scalar_type();
-  ctx.rope.cos = ctx.rope.cos.to(embed_dtype);
-  ctx.rope.sin = ctx.rope.sin.to(embed_dtype);
+  ctx.rope = rope_for(positions);
   ctx.layers_recomputed = checkpointing_;
 
   size_t unit = 0;
@@ -153,6 +149,42 @@ torch::Tensor CausalLM::body_forward(const torch::Tensor& ids, const torch::Tens
   }
   if (hooks) hooks->pre_forward(unit + 1);  // the head unit: its post_forward is the head's
   return model_->norm(h);
+}
+
+RopeTables CausalLM::rope_for(const torch::Tensor& positions) {
+  auto rope = rope_tables(inv_freq_.to(positions.device()), positions);
+  // Cast once per forward to the embeddings' dtype, as transformers casts its fp32 tables to the dtype of the
+  // hidden states entering the layers; under FSDP that is param_dtype, the dtype q and k have, so the layers'
+  // own cast to q's dtype becomes a no-op instead of two casts per layer.
+  const auto embed_dtype = model_->embed_tokens->weight.scalar_type();
+  rope.cos = rope.cos.to(embed_dtype);
+  rope.sin = rope.sin.to(embed_dtype);
+  return rope;
+}
+
+torch::Tensor CausalLM::forward_cached(const torch::Tensor& ids, const torch::Tensor& attention_mask,
+                                       KVCache& cache) {
+  const int64_t t = ids.dim() == 2 ? ids.size(1) : 0, s = attention_mask.dim() == 2 ? attention_mask.size(1) : -1;
+  if (t == 0 || s != cache.length() + t || attention_mask.size(0) != ids.size(0)) {
+    throw EngineryError("ids must be [batch, new tokens] and attention_mask [batch, " +
+                            std::to_string(cache.length()) + " cached + new tokens]",
+                        "CausalLM::forward_cached");
+  }
+  auto mask = attention_mask.to(torch::kLong);
+  AttentionContext ctx;
+  ctx.rope = rope_for((mask.cumsum(-1) - 1).clamp_min(0).narrow(1, s - t, t));
+  ctx.mask = padded_causal_mask(mask.to(torch::kBool), t);
+  auto h = model_->embed_tokens(ids);
+  for (size_t i = 0; i < model_->layers.size(); ++i) h = model_->layers[i]->forward_cached(h, ctx, cache, i);
+  cache.advance(t);
+  return model_->norm(h);
+}
+
+torch::Tensor CausalLM::next_token_logits(const torch::Tensor& hidden) {
+  if (head_ != HeadKind::kLanguageModel) {
+    throw EngineryError("a value model has no next-token logits", "CausalLM::next_token_logits", "language_model");
+  }
+  return torch::matmul(hidden, output_embedding_weight().t()).to(torch::kFloat);
 }
 
 ModelOutput CausalLM::value_head(torch::Tensor values, UnitHooks* hooks) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/decoder_model.h"
+#include "models/kv_cache.h"
 #include "models/layers.h"
 #include "models/model_args.h"
 
@@ -52,6 +53,15 @@ class CausalLM : public DecoderModel {
 
   // The [V, H] matrix the language-model head multiplies with (lm_head.weight, or the embeddings when tied).
   torch::Tensor output_embedding_weight();
+
+  // Incremental decoding (models/generation.h), without hooks (an unsharded model). Runs ids [B, T], the tokens
+  // after the cache's, appending their keys and values to `cache`; attention_mask [B, cache.length() + T] covers
+  // the cached and the new tokens (1 = real): positions are its running count (cumsum - 1, as forward), keys where
+  // it is 0 are never attended. Returns the hidden states after the final norm, [B, T, hidden].
+  torch::Tensor forward_cached(const torch::Tensor& ids, const torch::Tensor& attention_mask, KVCache& cache);
+  // Logits [.., V] in fp32 of hidden states after the final norm (language_model only): the full-vocabulary row
+  // the log-prob head never materialises, for the one position per sequence a sampler needs.
+  torch::Tensor next_token_logits(const torch::Tensor& hidden);
   DecoderBody body() { return model_; }
 
  private:
@@ -62,6 +72,8 @@ class CausalLM : public DecoderModel {
   // hooks; the head unit's pre_forward is called, its post_forward is the head's.
   torch::Tensor body_forward(const torch::Tensor& ids, const torch::Tensor& positions, AttentionContext ctx,
                              UnitHooks* hooks);
+  // Rotary tables for `positions` in the dtype of the embeddings.
+  RopeTables rope_for(const torch::Tensor& positions);
   ModelOutput value_head(torch::Tensor values, UnitHooks* hooks);
   // Log-probs (and entropy) of `targets` from the hidden rows predicting them; to_padded places one value per row
   // into the caller's [batch, seq] layout.

@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "support/torch_compat.h"
+#include "host_api/error.h"
 #include "models/fused_ops.h"
+#include "models/kv_cache.h"
 
 namespace enginery {
 namespace models {
@@ -80,7 +82,7 @@ AttentionImpl::AttentionImpl(const ModelArgs& a)
   }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
+AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTables& rope) {
   const int64_t b = x.size(0), t = x.size(1);
   auto q = q_proj(x).view({b, t, heads_, head_dim_});
   auto k = k_proj(x).view({b, t, kv_heads_, head_dim_});
@@ -89,8 +91,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = apply_rope(q, ctx.rope);
-  k = apply_rope(k, ctx.rope);
+  return {apply_rope(q, rope), apply_rope(k, rope), v};
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
+  const int64_t b = x.size(0), t = x.size(1);
+  auto qkv = project(x, ctx.rope);
+  auto q = std::move(qkv.q), k = std::move(qkv.k), v = std::move(qkv.v);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   if (ctx.packed.defined()) {
     // [1, heads, N, D] -> the varlen layout [N, heads, D]; kv heads stay unexpanded (the kernels read them).
@@ -126,6 +133,25 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
   return merge_heads(compat::sdpa(q, k, v, ctx.mask, /*is_causal=*/!ctx.mask.defined(), scale));
 }
 
+torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache,
+                                            size_t layer) {
+  if (!ctx.mask.defined()) throw EngineryError("a cached forward needs ctx.mask", "AttentionImpl::forward_cached");
+  const int64_t b = x.size(0), t = x.size(1);
+  auto qkv = project(x, ctx.rope);
+  const auto dtype = qkv.v.scalar_type();
+  auto kv = cache.append(layer, qkv.k, qkv.v);
+  const int64_t s = kv.first.size(2), rep = heads_ / kv_heads_;
+  // Grouped-query attention without copying the cache rep times: the rep query heads sharing kv head g
+  // (h = g * rep + r, as transformers' repeat_kv pairs them) become rep * T query rows of head g, each row keeping
+  // its token's mask row.
+  auto q = qkv.q.to(dtype).reshape({b, kv_heads_, rep * t, head_dim_});
+  auto mask = rep == 1 ? ctx.mask
+                       : ctx.mask.unsqueeze(2).expand({b, 1, rep, t, s}).reshape({b, 1, rep * t, s});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  auto out = compat::sdpa(q, kv.first, kv.second, mask, /*is_causal=*/false, scale);
+  return o_proj(out.reshape({b, heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+}
+
 MLPImpl::MLPImpl(const ModelArgs& a) {
   using torch::nn::LinearOptions;
   gate_proj = register_module("gate_proj", torch::nn::Linear(LinearOptions(a.hidden_size, a.intermediate_size).bias(a.mlp_bias)));
@@ -153,6 +179,12 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionC
   RECORD_USER_SCOPE("decoder_layer::forward");
   auto h = x + self_attn->forward(input_layernorm(x), ctx);
   return h + mlp->forward(post_attention_layernorm(h), ctx.layers_recomputed);
+}
+
+torch::Tensor DecoderLayerImpl::forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache,
+                                               size_t layer) {
+  auto h = x + self_attn->forward_cached(input_layernorm(x), ctx, cache, layer);
+  return h + mlp->forward(post_attention_layernorm(h));
 }
 
 }  // namespace models

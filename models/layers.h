@@ -9,6 +9,8 @@
 namespace enginery {
 namespace models {
 
+class KVCache;  // models/kv_cache.h
+
 // y = w * (x / rms(x)), computed in fp32 and cast back to the input dtype before the weight, as transformers does.
 class RMSNormImpl : public torch::nn::Module {
  public:
@@ -42,11 +44,20 @@ class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx);
+  // Incremental decoding (models/generation.h): x [B, T, hidden] are the T tokens after the cache's; their keys
+  // and values are appended to `cache` (layer `layer`) and the queries attend to all cached ones. ctx.mask is
+  // required: bool [B, 1, T, cache.length() + T]. Inference only (no packed rows, no checkpointing).
+  torch::Tensor forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache, size_t layer);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // qwen3 only
 
  private:
+  struct QKV {
+    torch::Tensor q, k, v;  // q [B, heads, T, D] and k [B, kv_heads, T, D] after RoPE; v [B, kv_heads, T, D]
+  };
+  QKV project(const torch::Tensor& x, const RopeTables& rope);
+
   int64_t heads_, kv_heads_, head_dim_;
 };
 TORCH_MODULE(Attention);
@@ -64,6 +75,8 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   explicit DecoderLayerImpl(const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx);
+  // The same over the tokens after `cache`'s (AttentionImpl::forward_cached).
+  torch::Tensor forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache, size_t layer);
 
   Attention self_attn{nullptr};
   MLP mlp{nullptr};

@@ -20,7 +20,9 @@
 #ifdef ENGINERY_HAS_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+#include <ATen/CPUGeneratorImpl.h>
 #ifdef ENGINERY_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
@@ -37,6 +39,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <mutex>
 #include <system_error>
 
 #define ENGINERY_TORCH_AT_LEAST(major, minor) \
@@ -171,6 +174,22 @@ inline double cuda_peak_allocated_gib() {
 #else
   return 0.0;
 #endif
+}
+
+// A random generator of its own on `device`, seeded with `seed`, for sampling that repeats for a seed and leaves
+// the global generators alone. Same calls in 1.13 and 2.x (at::detail::createCPUGenerator,
+// at::cuda::detail::createCUDAGenerator), but the CUDA one is only declared in CUDA builds.
+inline at::Generator make_generator(const c10::Device& device, uint64_t seed) {
+#ifdef ENGINERY_WITH_CUDA
+  if (device.is_cuda()) {
+    auto gen = at::cuda::detail::createCUDAGenerator(device.has_index() ? device.index() : -1);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+    return gen;
+  }
+#endif
+  TORCH_CHECK(device.is_cpu(), "make_generator: no generator for device ", device.str(), " in this build");
+  return at::detail::createCPUGenerator(seed);
 }
 
 // ---- filesystem -------------------------------------------------------------------------------------------------

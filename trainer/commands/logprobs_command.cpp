@@ -3,7 +3,6 @@
 // {"log_probs": [[...]], "entropy": [[...]]} with log_probs[i][t] = log p(tokens[i][t+1] | tokens[i][0..t]).
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <iostream>
 
 #include "host_api/error.h"
@@ -13,6 +12,7 @@
 #include "support/durable_fs.h"
 #include "trainer/command.h"
 #include "trainer/dataset.h"
+#include "trainer/token_file.h"
 
 namespace enginery {
 namespace {
@@ -21,45 +21,6 @@ struct LogprobsArgs {
   std::string model, tokens, out, dtype = "fp32", device = "cpu";
   int64_t max_batch_tokens = 8192;
 };
-
-// Every id inside the vocabulary and every sequence within max_position_embeddings, checked before the model runs
-// (an overlong sequence would otherwise try to allocate its attention).
-std::vector<std::vector<int64_t>> read_tokens(const std::string& path, int64_t vocab, int64_t max_positions) {
-  std::ifstream in(path);
-  if (!in) throw EngineryError("cannot open the token file", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw EngineryError(std::string("not valid JSON: ") + e.what(), path);
-  }
-  const char* allowed = "a JSON list of lists of integer token ids";
-  if (!j.is_array()) throw EngineryError("expected a list of token-id lists", path, allowed);
-  std::vector<std::vector<int64_t>> tokens;
-  for (size_t i = 0; i < j.size(); ++i) {
-    const auto& row = j[i];
-    if (!row.is_array()) throw EngineryError("entry is not a list", path + ": [" + std::to_string(i) + "]", allowed);
-    std::vector<int64_t> seq;
-    for (size_t k = 0; k < row.size(); ++k) {
-      const std::string where = path + ": [" + std::to_string(i) + "][" + std::to_string(k) + "]";
-      if (!row[k].is_number_integer()) throw EngineryError("token id is not an integer", where, allowed);
-      const int64_t id = row[k].get<int64_t>();
-      if (id < 0 || id >= vocab) {
-        throw EngineryError("token id " + std::to_string(id) + " is outside the vocabulary", where,
-                            "0 .. " + std::to_string(vocab - 1));
-      }
-      seq.push_back(id);
-    }
-    if (max_positions > 0 && static_cast<int64_t>(seq.size()) > max_positions) {
-      throw EngineryError("a sequence of " + std::to_string(seq.size()) +
-                              " tokens is longer than the model's max_position_embeddings = " +
-                              std::to_string(max_positions),
-                          path + ": [" + std::to_string(i) + "]");
-    }
-    tokens.push_back(std::move(seq));
-  }
-  return tokens;
-}
 
 int run_logprobs(const LogprobsArgs& a) {
   if (a.dtype != "fp32" && a.dtype != "bf16") throw EngineryError("unknown dtype '" + a.dtype + "'", "--dtype", "fp32, bf16");
@@ -74,7 +35,7 @@ int run_logprobs(const LogprobsArgs& a) {
   auto model = models::build_model(cfg, "language_model", {device});
   model->eval();
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());
-  const auto tokens = read_tokens(a.tokens, lm->args().vocab_size, lm->args().max_position_embeddings);
+  const auto tokens = read_token_lists(a.tokens, lm->args().vocab_size, lm->args().max_position_embeddings);
   models::ScoreOptions opts;
   opts.device = device;
   opts.compute_dtype = a.dtype == "bf16" ? c10::kBFloat16 : c10::kFloat;
