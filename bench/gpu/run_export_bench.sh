@@ -26,7 +26,7 @@ for shape in $shapes; do
     --model-dir $dir --shape $shape --repeat $repeat) 2> "$out/reference-$shape.log" \
     | sed "s/^{/{\"shape\": \"$shape\", /" | grep '^{' >> "$out/results.jsonl" \
     || { echo "reference $shape failed:"; tail -20 "$out/reference-$shape.log"; }
-  timeout 300 build-gpu/bin/bench_weight_export --model-dir $dir --plugin-dir build-gpu/plugins --device cuda \
+  timeout 300 build-gpu/bin/bench_weight_export --model $dir --plugin-dir build-gpu/plugins --device cuda \
     --backend fsdp2 --repeat $repeat 2> "$out/engine-$shape.log" \
     | sed "s/^{/{\"shape\": \"$shape\", /" | grep '^{' >> "$out/results.jsonl" \
     || { echo "engine $shape failed:"; tail -20 "$out/engine-$shape.log"; }

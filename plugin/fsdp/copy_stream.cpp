@@ -1,5 +1,6 @@
 #include "plugin/fsdp/copy_stream.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/accumulate.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -23,6 +24,8 @@ CopyStream::CopyStream(const torch::Device& device) : device_(device) {
 torch::Tensor CopyStream::host_empty(at::IntArrayRef sizes, c10::ScalarType dtype) const {
   const int64_t numel = c10::multiply_integers(sizes);
   if (!device_.is_cuda()) return torch::empty(sizes, torch::TensorOptions().dtype(dtype).device(torch::kCPU));
+  // Pinning allocates in the current device's context: on this engine's GPU, not on GPU 0 for every rank.
+  const c10::DeviceGuard on_engine_device(device_);
   return compat::pinned_host_empty(numel, dtype).view(sizes);
 }
 
@@ -53,6 +56,8 @@ CopyStream::Pending CopyStream::upload(const torch::Tensor& src) {
   after_compute(*up_);
   c10::StreamGuard on_side(*up_);
   out.tensor.copy_(src, /*non_blocking=*/true);
+  // A destination dropped without wait_for (an exception, teardown) must not be reused before this copy wrote it.
+  c10::impl::VirtualGuardImpl(device_.type()).recordDataPtrOnStream(out.tensor.storage().data_ptr(), *up_);
   out.event = record(*up_);
   return out;
 }
