@@ -31,7 +31,9 @@ struct Drained {
 // The receiver: counts what arrives; the checksum (a sync per tensor) only when asked, outside the timed runs.
 Drained drain_stream(WeightStream& stream, bool checksum) {
   Drained d;
-  for (auto group = stream.next(); !group.empty(); group = stream.next()) {
+  while (true) {  // each group dies before the next is gathered, as a receiver that copies and lets go does
+    const auto group = stream.next();
+    if (group.empty()) break;
     for (const auto& t : group) {
       ++d.tensors;
       d.bytes += t.tensor.numel() * static_cast<int64_t>(t.tensor.element_size());

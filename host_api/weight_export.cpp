@@ -48,7 +48,9 @@ bool WeightBucketer::next(WeightBucket& bucket) {
   while (true) {
     if (pending_pos_ == pending_.size()) {
       if (exhausted_) break;
-      // What was copied out of the previous group is in the bucket: the stream may now reuse its memory.
+      // What was copied out of the previous group is in the bucket: release it before the stream gathers the next,
+      // so no more than one group is alive at a time.
+      pending_.clear();
       pending_ = stream_->next();
       pending_pos_ = 0;
       if (pending_.empty()) {

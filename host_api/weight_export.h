@@ -21,7 +21,8 @@ class WeightStream {
  public:
   virtual ~WeightStream();
   // The next group of full tensors (on the engine's device, in the stream's dtype), empty when done. The tensors
-  // may be views of one buffer that the following next() reuses or frees: copy what must outlive it.
+  // may be views of one buffer that the following next() reuses or frees: copy what must outlive it, and drop the
+  // group before asking for the next one, or two groups are alive at once.
   virtual std::vector<NamedTensor> next() = 0;
 };
 

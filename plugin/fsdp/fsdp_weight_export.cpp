@@ -70,7 +70,9 @@ void FSDPEngine::get_per_tensor_param(
     const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) {
   require_resident("get_per_tensor_param", /*model=*/true, /*optimizer=*/false, /*grad=*/false);
   auto stream = export_weights(c10::kFloat);
-  for (auto group = stream->next(); !group.empty(); group = stream->next()) {
+  while (true) {  // each group dies before the next is gathered: one unit alive at a time
+    const auto group = stream->next();
+    if (group.empty()) break;
     for (const auto& t : group) visit(t.name, t.tensor);
   }
 }
