@@ -414,11 +414,14 @@ void check_rl_values(const TrainConfig& c) {
   check_positive(c, c.actor.ppo_mini_batch_size, "actor.ppo_mini_batch_size");
   check_positive(c, c.actor.ppo_epochs, "actor.ppo_epochs");
   check_range(c, c.actor.clip_ratio, "actor.clip_ratio", 0.0, 1.0, true, "[0, 1)");
-  if (c.actor.clip_ratio_low) check_range(c, *c.actor.clip_ratio_low, "actor.clip_ratio_low", 0.0, 1.0, true, "[0, 1)");
-  if (c.actor.clip_ratio_high) check_range(c, *c.actor.clip_ratio_high, "actor.clip_ratio_high", 0.0, inf, true, ">= 0, finite");
-  // verl's dual clip requires a bound above 1: below it, the bound would clip unclipped tokens too.
-  check_range(c, c.actor.clip_ratio_c, "actor.clip_ratio_c", 1.0, inf, true, "> 1, finite");
-  if (c.actor.clip_ratio_c == 1.0) throw EngineryError("actor.clip_ratio_c must be > 1", c.where("actor.clip_ratio_c"), "> 1, finite");
+  if (c.actor.clip_ratio_low) {
+    check_range(c, *c.actor.clip_ratio_low, "actor.clip_ratio_low", 0.0, 1.0, true, "[0, 1)");
+  }
+  if (c.actor.clip_ratio_high) {
+    check_range(c, *c.actor.clip_ratio_high, "actor.clip_ratio_high", 0.0, inf, true, ">= 0, finite");
+  }
+  // verl's dual clip requires a bound above 1: at or below it, the bound would clip unclipped tokens too.
+  check_range(c, c.actor.clip_ratio_c, "actor.clip_ratio_c", std::nextafter(1.0, 2.0), inf, true, "> 1, finite");
   check_range(c, c.actor.kl_loss_coef, "actor.kl_loss_coef", 0.0, inf, true, ">= 0, finite");
   check_range(c, c.actor.entropy_coeff, "actor.entropy_coeff", -inf, inf, true, "a finite number");
   if (!c.is_grpo()) return;

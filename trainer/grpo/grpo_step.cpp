@@ -142,7 +142,8 @@ std::map<std::string, double> GrpoStep::reduce(const Rollout& r, std::vector<dou
   sums[kPromptLength] = r.prompt_lengths.sum().item<double>();
   sums[kTokens] = r.batch.at("attention_mask").sum().item<double>();
   for (const auto& entry : update) sums.push_back(entry.second);  // same keys, same order on every rank
-  const auto total = all_reduce(group_, sums, c10d::ReduceOp::SUM, device_, "grpo: all-reduce of the step sums" + at_step);
+  const auto total =
+      all_reduce(group_, sums, c10d::ReduceOp::SUM, device_, "grpo: all-reduce of the step sums" + at_step);
   const auto most = all_reduce(group_,
                                {r.scores.max().item<double>(), -r.scores.min().item<double>(),
                                 r.response_lengths.max().item<double>(), -r.response_lengths.min().item<double>(),

@@ -10,7 +10,8 @@ KlType kl_type_from(const std::string& name) {
   if (name == "abs") return KlType::kAbs;
   if (name == "mse" || name == "k2") return KlType::kK2;
   if (name == "low_var_kl" || name == "k3") return KlType::kK3;
-  throw EngineryError("unknown KL estimator '" + name + "'", "actor.kl_loss_type", "kl, k1, abs, mse, k2, low_var_kl, k3");
+  throw EngineryError("unknown KL estimator '" + name + "'", "actor.kl_loss_type",
+                      "kl, k1, abs, mse, k2, low_var_kl, k3");
 }
 
 torch::Tensor kl_penalty(const torch::Tensor& log_probs, const torch::Tensor& ref_log_probs, KlType type) {
