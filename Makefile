@@ -10,14 +10,14 @@ demo: build
 	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run  # a previous demo is moved aside, never overwritten
 	$(BUILD)/bin/enginery plot runs/demo
 
-# GRPO after a short SFT warm-up (examples/grpo.toml says why): 150 SFT steps on 3-digit addition, exported as a
+# GRPO after a short SFT warm-up (examples/grpo.toml says why): the demo's SFT cut to 300 steps, exported as a
 # Hugging Face directory, then GRPO from it. Both runs move a previous one aside.
-RL_SFT_STEPS = 150
+RL_SFT_STEPS = 300
 demo-rl: build
 	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run \
-	  --set trainer.experiment_name=demo-rl-sft --set data.digits=3 \
-	  --set trainer.total_training_steps=$(RL_SFT_STEPS) --set trainer.save_freq=$(RL_SFT_STEPS) \
-	  --set trainer.test_freq=50 --set 'checkpoint.save_contents=["model","optimizer","extra","hf_model"]'
+	  --set trainer.experiment_name=demo-rl-sft --set trainer.total_training_steps=$(RL_SFT_STEPS) \
+	  --set trainer.save_freq=$(RL_SFT_STEPS) --set trainer.test_freq=$(RL_SFT_STEPS) \
+	  --set 'checkpoint.save_contents=["model","optimizer","extra","hf_model"]'
 	$(BUILD)/bin/enginery train --config examples/grpo.toml --nproc 2 --fresh-run \
 	  --set model.path=runs/demo-rl-sft/global_step_$(RL_SFT_STEPS)/actor/huggingface
 	$(BUILD)/bin/enginery plot runs/demo-rl

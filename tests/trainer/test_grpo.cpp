@@ -247,6 +247,7 @@ TEST(GrpoRolloutData, PromptsRewardsAndTheTrainingBatch) {
       gen.response_mask[row][static_cast<int64_t>(t)] = 1;
     }
   }
+  // Row 1 has 0 of 4 tokens in place (its digit is wrong and <eos> comes too early); row 3 has 0 of 2.
   EXPECT_EQ(values_of(score_responses(gen, {p, shorter}, 2)), (std::vector<double>{1.0, 0.0, 1.0, 0.0}));
   const Batch batch = rollout_batch(gen);
   const torch::Tensor mask = batch.at("loss_mask");
@@ -255,7 +256,10 @@ TEST(GrpoRolloutData, PromptsRewardsAndTheTrainingBatch) {
   EXPECT_EQ(mask[1][P + 1].item<double>(), 1.0);
   EXPECT_EQ(mask[1][P + 2].item<double>(), 0.0);
   EXPECT_TRUE(batch.at("input_ids").equal(gen.sequences));
-  EXPECT_EQ(exact_match_reward({1, 2}, {1, 2, 3}), 0.0);
+  EXPECT_DOUBLE_EQ(answer_reward({1, 2}, {1, 2, 3}), 2.0 / 3.0);     // a right prefix, stop token missing
+  EXPECT_DOUBLE_EQ(answer_reward({1, 9, 3}, {1, 2, 3}), 2.0 / 3.0);  // one wrong digit
+  EXPECT_DOUBLE_EQ(answer_reward({1, 2, 3, 4}, {1, 2, 3}), 0.75);    // past the end
+  EXPECT_EQ(answer_reward({1, 2, 3}, {1, 2, 3}), 1.0);
 }
 
 std::string write_config(const std::string& name, const std::string& text) {

@@ -42,8 +42,13 @@ PromptBatch repeat_prompts(const std::vector<Prompt>& prompts, int64_t n, int64_
   return out;
 }
 
-double exact_match_reward(const std::vector<int64_t>& response, const std::vector<int64_t>& reference) {
-  return response == reference ? 1.0 : 0.0;
+double answer_reward(const std::vector<int64_t>& response, const std::vector<int64_t>& reference) {
+  if (reference.empty()) return response.empty() ? 1.0 : 0.0;
+  size_t right = 0;
+  for (size_t i = 0; i < reference.size() && i < response.size(); ++i) right += response[i] == reference[i] ? 1 : 0;
+  // Tokens past the reference's end push a right prefix below 1.
+  const size_t length = std::max(reference.size(), response.size());
+  return static_cast<double>(right) / static_cast<double>(length);
 }
 
 torch::Tensor score_responses(const models::GenerationResult& gen, const std::vector<Prompt>& prompts, int64_t n) {
@@ -60,7 +65,7 @@ torch::Tensor score_responses(const models::GenerationResult& gen, const std::ve
   for (int64_t row = 0; row < rows; ++row) {
     const torch::Tensor tokens = sequences[row].slice(0, begin, begin + lengths[row].item<int64_t>()).contiguous();
     const std::vector<int64_t> response(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + tokens.numel());
-    scores[row] = exact_match_reward(response, prompts[static_cast<size_t>(row / n)].reference);
+    scores[row] = answer_reward(response, prompts[static_cast<size_t>(row / n)].reference);
   }
   return scores;
 }

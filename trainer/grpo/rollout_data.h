@@ -28,9 +28,11 @@ struct PromptBatch {
 };
 PromptBatch repeat_prompts(const std::vector<Prompt>& prompts, int64_t n, int64_t pad_id);
 
-// The rule-based reward: 1 when the response is exactly the reference (every answer token and the stop token),
-// else 0, as verl's rule-based scorers give for a checkable answer.
-double exact_match_reward(const std::vector<int64_t>& response, const std::vector<int64_t>& reference);
+// The rule-based reward: the fraction of the reference's tokens the response has in the same place (a missing or
+// extra token counts as wrong), so 1 exactly when the answer is right, stop token included. Partial credit for
+// each right digit gives a policy that is rarely right outright a signal to improve on, where an all-or-nothing
+// score would leave nearly every group at one value, hence zero advantage.
+double answer_reward(const std::vector<int64_t>& response, const std::vector<int64_t>& reference);
 
 // Scores every row of `gen` (row i answers prompts[i / n]) as float64 [B * n].
 torch::Tensor score_responses(const models::GenerationResult& gen, const std::vector<Prompt>& prompts, int64_t n);
