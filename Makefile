@@ -4,11 +4,23 @@ JOBS ?= $(shell nproc)
 BUILD_TYPE ?= Quick
 CMAKE_FLAGS ?=
 
-.PHONY: demo test deps build clean
+.PHONY: demo demo-rl test deps build clean
 
 demo: build
 	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run  # a previous demo is moved aside, never overwritten
 	$(BUILD)/bin/enginery plot runs/demo
+
+# GRPO after a short SFT warm-up (examples/grpo.toml says why): the demo's SFT cut to 300 steps, exported as a
+# Hugging Face directory, then GRPO from it. Both runs move a previous one aside.
+RL_SFT_STEPS = 300
+demo-rl: build
+	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run \
+	  --set trainer.experiment_name=demo-rl-sft --set trainer.total_training_steps=$(RL_SFT_STEPS) \
+	  --set trainer.save_freq=$(RL_SFT_STEPS) --set trainer.test_freq=$(RL_SFT_STEPS) \
+	  --set 'checkpoint.save_contents=["model","optimizer","extra","hf_model"]'
+	$(BUILD)/bin/enginery train --config examples/grpo.toml --nproc 2 --fresh-run \
+	  --set model.path=runs/demo-rl-sft/global_step_$(RL_SFT_STEPS)/actor/huggingface
+	$(BUILD)/bin/enginery plot runs/demo-rl
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -LE gpu -j $(JOBS) --timeout 900

@@ -13,6 +13,7 @@
 #include "models/model_args.h"
 #include "support/toml_guard.h"
 #include "trainer/config_schema.h"
+#include "trainer/dataset.h"
 
 namespace enginery {
 namespace {
@@ -173,15 +174,41 @@ class TomlReader : public ConfigVisitor {
     }
     return node;
   }
+  // verl spells the rollout and actor keys actor_rollout_ref.rollout.* / actor_rollout_ref.actor.*; the schema's
+  // short sections follow this file's style. Either spelling is read, never both for one key.
+  static std::string verl_spelling(const std::string& key) {
+    for (const char* section : {"actor.", "rollout."}) {
+      if (key.rfind(section, 0) == 0) return "actor_rollout_ref." + key;
+    }
+    return "";
+  }
+
   const toml::node* find(const std::string& key) {
     known_.insert(key);
     const toml::node* node = lookup(key);
+    const std::string long_key = verl_spelling(key);
+    if (!long_key.empty()) {
+      known_.insert(long_key);
+      if (const toml::node* long_node = lookup(long_key)) {
+        // A --set of one spelling overrides the file's other spelling; two of the same kind are ambiguous.
+        const bool short_flag = flags_.count(key) != 0, long_flag = flags_.count(long_key) != 0;
+        if (node != nullptr && short_flag == long_flag) {
+          throw EngineryError(key + " is set twice, also as " + long_key, where(long_key, *long_node),
+                              "one of the two spellings");
+        }
+        if (node == nullptr || long_flag) {
+          spelled_[key] = long_key;
+          node = long_node;
+        }
+      }
+    }
     if (node != nullptr && origins_ != nullptr) (*origins_)[key] = where(key, *node);
     return node;
   }
 
   std::string where(const std::string& key, const toml::node& node) const {
-    auto flag = flags_.find(key);
+    auto spelled = spelled_.find(key);
+    auto flag = flags_.find(spelled != spelled_.end() ? spelled->second : key);
     if (flag != flags_.end()) return flag->second;
     const auto& begin = node.source().begin;
     if (begin.line == 0) return file_;
@@ -284,6 +311,7 @@ class TomlReader : public ConfigVisitor {
   std::set<std::string> known_;
   std::set<std::string> known_tables_;
   std::map<std::string, std::string>* origins_;
+  std::map<std::string, std::string> spelled_;  // schema key -> the verl spelling it was read from
 };
 
 // Applies one "a.b.c=value" override to the document; `flag_prefix` + text is where errors point ("--set ").
@@ -375,8 +403,49 @@ void check_optimizer_values(const TrainConfig& c) {
   check_positive(c, g.growth_interval, "engine.grad_scaler.growth_interval");
 }
 
+// GRPO's knobs (trainer/grpo/): checked always, so a bad value is refused even before adv_estimator selects them.
+void check_rl_values(const TrainConfig& c) {
+  const double inf = std::numeric_limits<double>::infinity();
+  check_positive(c, c.rollout.n, "rollout.n");
+  check_positive(c, c.rollout.response_length, "rollout.response_length");
+  check_range(c, c.rollout.temperature, "rollout.temperature", std::numeric_limits<double>::min(), inf, true,
+              "> 0, finite");
+  check_range(c, c.rollout.top_p, "rollout.top_p", std::numeric_limits<double>::min(), 1.0, false, "(0, 1]");
+  check_positive(c, c.actor.ppo_mini_batch_size, "actor.ppo_mini_batch_size");
+  check_positive(c, c.actor.ppo_epochs, "actor.ppo_epochs");
+  check_range(c, c.actor.clip_ratio, "actor.clip_ratio", 0.0, 1.0, true, "[0, 1)");
+  if (c.actor.clip_ratio_low) {
+    check_range(c, *c.actor.clip_ratio_low, "actor.clip_ratio_low", 0.0, 1.0, true, "[0, 1)");
+  }
+  if (c.actor.clip_ratio_high) {
+    check_range(c, *c.actor.clip_ratio_high, "actor.clip_ratio_high", 0.0, inf, true, ">= 0, finite");
+  }
+  // verl's dual clip requires a bound above 1: at or below it, the bound would clip unclipped tokens too.
+  check_range(c, c.actor.clip_ratio_c, "actor.clip_ratio_c", std::nextafter(1.0, 2.0), inf, true, "> 1, finite");
+  check_range(c, c.actor.kl_loss_coef, "actor.kl_loss_coef", 0.0, inf, true, ">= 0, finite");
+  check_range(c, c.actor.entropy_coeff, "actor.entropy_coeff", -inf, inf, true, "a finite number");
+  if (!c.is_grpo()) return;
+  if (!is_builtin_addition(c.data.train_files)) {
+    throw EngineryError("algorithm.adv_estimator = grpo needs a task with a rule-based reward; data.train_files = " +
+                            c.data.train_files + " has none",
+                        c.where("data.train_files"), "builtin:addition");
+  }
+  if (c.data.train_batch_size % c.actor.ppo_mini_batch_size != 0) {
+    throw EngineryError("data.train_batch_size = " + std::to_string(c.data.train_batch_size) +
+                            " prompts do not split into mini-batches of actor.ppo_mini_batch_size = " +
+                            std::to_string(c.actor.ppo_mini_batch_size),
+                        c.where("actor.ppo_mini_batch_size"), "a divisor of data.train_batch_size");
+  }
+  if (c.loss.type != "sft") {
+    throw EngineryError("loss.type = " + c.loss.type + " is an offline objective; algorithm.adv_estimator = grpo " +
+                            "trains the policy loss of actor.*",
+                        c.where("loss.type"), "sft (the default: loss.* is not read under grpo)");
+  }
+}
+
 // Checks that involve several keys or value ranges.
 void check_values(const TrainConfig& c) {
+  check_rl_values(c);
   check_positive(c, c.data.train_batch_size, "data.train_batch_size");
   check_positive(c, c.engine.micro_batch_size_per_gpu, "engine.micro_batch_size_per_gpu");
   check_positive(c, c.engine.max_token_len_per_gpu, "engine.max_token_len_per_gpu");

@@ -98,12 +98,40 @@ void visit_optim_data_loss(ConfigVisitor& v, TrainConfig& c) {
   v.field("checkpoint.async_save", c.checkpoint.async_save);
 }
 
+// Read as [rollout] / [actor] or with verl's actor_rollout_ref. prefix (the parser accepts both spellings).
+void visit_rl(ConfigVisitor& v, TrainConfig& c) {
+  v.choice("algorithm.adv_estimator", c.algorithm.adv_estimator, {"none", "grpo"});
+  v.field("algorithm.norm_adv_by_std_in_grpo", c.algorithm.norm_adv_by_std_in_grpo);
+
+  RolloutSection& r = c.rollout;
+  v.field("rollout.n", r.n);
+  v.field("rollout.temperature", r.temperature);
+  v.field("rollout.top_p", r.top_p);
+  v.field("rollout.top_k", r.top_k);
+  v.field("rollout.response_length", r.response_length);
+  v.precision("rollout.dtype", r.dtype);
+
+  ActorSection& a = c.actor;
+  v.field("actor.ppo_mini_batch_size", a.ppo_mini_batch_size);
+  v.field("actor.ppo_epochs", a.ppo_epochs);
+  v.field("actor.clip_ratio", a.clip_ratio);
+  v.field("actor.clip_ratio_low", a.clip_ratio_low);
+  v.field("actor.clip_ratio_high", a.clip_ratio_high);
+  v.field("actor.clip_ratio_c", a.clip_ratio_c);
+  v.field("actor.use_kl_loss", a.use_kl_loss);
+  v.field("actor.kl_loss_coef", a.kl_loss_coef);
+  v.choice("actor.kl_loss_type", a.kl_loss_type, {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"});
+  v.field("actor.entropy_coeff", a.entropy_coeff);
+  v.choice("actor.loss_agg_mode", a.loss_agg_mode, {"token-mean"});
+}
+
 }  // namespace
 
 void visit_config(ConfigVisitor& v, TrainConfig& c) {
   visit_trainer(v, c);
   visit_model_and_engine(v, c);
   visit_optim_data_loss(v, c);
+  visit_rl(v, c);
 }
 
 std::string TrainConfig::output_dir() const {

@@ -22,6 +22,12 @@ void preflight_data(const TrainConfig& c, int64_t world_size) {
                             " does not divide over " + std::to_string(world_size) + " ranks",
                         c.where("data.train_batch_size"), "a multiple of the number of ranks");
   }
+  // GRPO's groups never straddle ranks: each rank samples all rollout.n responses of its own prompts.
+  if (c.is_grpo() && c.actor.ppo_mini_batch_size % world_size != 0) {
+    throw EngineryError("actor.ppo_mini_batch_size = " + std::to_string(c.actor.ppo_mini_batch_size) +
+                            " prompts do not divide over " + std::to_string(world_size) + " ranks",
+                        c.where("actor.ppo_mini_batch_size"), "a multiple of the number of ranks");
+  }
   const TokenLimits limits = model_token_limits(c);
   auto train = open_dataset(c.data.train_files, "train", c.data.max_length, c.data.digits, c.data.train_size,
                             static_cast<uint64_t>(c.data.seed), limits);

@@ -65,6 +65,43 @@ struct LossSection {
   std::string loss_agg_mode = "token-mean";
 };
 
+// verl algorithm.* (subset): which online algorithm `enginery train` runs. "none" trains the offline objective of
+// loss.type on data.train_files; "grpo" samples rollout.n responses per prompt, scores them with a rule-based
+// reward and trains the clipped policy loss of actor.* on group-normalised advantages (trainer/grpo/). verl's
+// default "gae" needs a critic, which enginery does not train online, so it is not offered.
+struct AlgorithmSection {
+  std::string adv_estimator = "none";  // none | grpo
+  bool norm_adv_by_std_in_grpo = true;  // false: Dr. GRPO's mean-only centring
+};
+
+// verl actor_rollout_ref.rollout.* (subset), written [rollout] or [actor_rollout_ref.rollout]. The rollout is a
+// local unsharded copy of the model on every rank, refreshed from the actor by its weight stream each step.
+struct RolloutSection {
+  int64_t n = 1;                   // responses per prompt (the group size)
+  double temperature = 1.0;
+  double top_p = 1.0;              // (0, 1]; 1: off
+  int64_t top_k = -1;              // <= 0: off (verl's -1)
+  int64_t response_length = 512;   // new tokens at most (verl: data.max_response_length)
+  c10::ScalarType dtype = c10::kBFloat16;  // the rollout copy's parameters (verl rollout.dtype)
+};
+
+// verl actor_rollout_ref.actor.* (subset), written [actor] or [actor_rollout_ref.actor]: GRPO's policy update.
+// ppo_mini_batch_size counts prompts over all ranks, as verl's (each brings rollout.n responses); each mini-batch
+// is one optimizer step, so optim.lr_warmup_steps and the schedule count those.
+struct ActorSection {
+  int64_t ppo_mini_batch_size = 256;
+  int64_t ppo_epochs = 1;
+  double clip_ratio = 0.2;
+  std::optional<double> clip_ratio_low;   // default clip_ratio
+  std::optional<double> clip_ratio_high;  // default clip_ratio
+  double clip_ratio_c = 3.0;              // dual-clip bound for negative advantages
+  bool use_kl_loss = false;               // KL to the frozen reference model (the initial weights) in the loss
+  double kl_loss_coef = 0.001;
+  std::string kl_loss_type = "low_var_kl";  // verl kl_penalty: kl|k1, abs, mse|k2, low_var_kl|k3
+  double entropy_coeff = 0.0;               // loss -= entropy_coeff * token-mean entropy
+  std::string loss_agg_mode = "token-mean";
+};
+
 struct TrainConfig {
   TrainerSection trainer;
   PluginsSection plugins;
@@ -74,6 +111,9 @@ struct TrainConfig {
   DataSection data;
   LossSection loss;
   CheckpointConfig checkpoint;
+  AlgorithmSection algorithm;
+  RolloutSection rollout;
+  ActorSection actor;
 
   std::string source;  // the file it came from
   // Where each given key was set: "file:line:col" or "--set key=value". Keys left at their default are absent.
@@ -82,6 +122,7 @@ struct TrainConfig {
 
   std::string output_dir() const;   // trainer.default_local_dir or runs/<experiment_name>
   std::string model_type() const;   // "value_model" for loss.type value, else "language_model"
+  bool is_grpo() const { return algorithm.adv_estimator == "grpo"; }
 };
 
 // Parses `path` and applies `overrides` ("a.b.c=value", value in TOML syntax; a value that is not valid TOML is

@@ -17,6 +17,9 @@
 #include "trainer/dataset.h"
 #include "trainer/engine_factory.h"
 #include "trainer/evaluator.h"
+#include "trainer/grpo/grpo_step.h"
+#include "trainer/grpo/progress.h"
+#include "trainer/grpo/step_plan.h"
 #include "trainer/losses.h"
 #include "trainer/metrics_log.h"
 #include "trainer/preflight.h"
@@ -48,7 +51,8 @@ TrainInputs open_train_inputs(TrainConfig& config, const RankEnv& env, const Tok
   const int64_t total = config.trainer.total_training_steps > 0
                             ? config.trainer.total_training_steps
                             : config.trainer.total_epochs * sampler.steps_per_epoch();
-  config.optim.total_training_steps = total;
+  // The LR schedule counts optimizer steps: GRPO takes several per trainer step (its mini-batches and epochs).
+  config.optim.total_training_steps = total * grpo::optimizer_steps_per_step(config);
   LossFn loss_fn = make_loss(config.loss);
   auto required = required_inputs(config.loss);
   return TrainInputs{std::move(train), std::move(sampler), total, std::move(loss_fn), std::move(required)};
@@ -117,6 +121,10 @@ void print_banner(const TrainConfig& config, const RankEnv& env, const std::stri
             << "model: " << config.model.path << "\n"
             << "data: " << inputs.train->describe() << ", " << inputs.sampler.steps_per_epoch() << " steps per epoch\n"
             << "output: " << out_dir << "\n";
+  if (config.is_grpo()) {
+    std::cout << "algorithm: grpo, " << config.rollout.n << " responses per prompt, "
+              << grpo::optimizer_steps_per_step(config) << " optimizer steps per step\n";
+  }
 }
 
 // With resume_mode "auto": loads the newest complete checkpoint and returns its step; else 0. A newer checkpoint
@@ -176,6 +184,7 @@ class TrainingLoop {
  private:
   void evaluate(int64_t step);
   void train_step(int64_t step);
+  void grpo_train_step(int64_t step);
   void record_step(int64_t step, const BatchOutput& out, const std::vector<double>& sums, double grad_norm,
                    double step_seconds, double tokens_per_s);
   void save_checkpoint(int64_t step);
@@ -192,6 +201,7 @@ class TrainingLoop {
   const std::string out_dir_;
   const int64_t start_;
   std::optional<MetricsLog> metrics_;
+  std::unique_ptr<grpo::GrpoStep> grpo_;  // algorithm.adv_estimator = grpo
   EvalContext eval_ctx_;
   RunSummary summary_;
   bool first_eval_ = true;
@@ -220,6 +230,9 @@ TrainingLoop::TrainingLoop(const TrainConfig& config, const RankEnv& env, TrainI
   eval_ctx_.rank = env.rank;
   eval_ctx_.world_size = env.world_size;
   eval_ctx_.rows_per_call = std::max<int64_t>(64, config_.engine.micro_batch_size_per_gpu);
+  if (config_.is_grpo()) {
+    grpo_ = std::make_unique<grpo::GrpoStep>(config_, engine_, group_, device_, env.rank, env.world_size);
+  }
   summary_.output_dir = out_dir_;
 }
 
@@ -245,6 +258,7 @@ void TrainingLoop::evaluate(int64_t step) {
 }
 
 void TrainingLoop::train_step(int64_t step) {
+  if (grpo_) return grpo_train_step(step);
   const auto step_start = Clock::now();
   std::vector<Example> examples;
   for (int64_t index : inputs_.sampler.indices(step - 1)) examples.push_back(inputs_.train->get(index));
@@ -294,6 +308,38 @@ void TrainingLoop::record_step(int64_t step, const BatchOutput& out, const std::
     StepLine progress{step, total, sums[0], grad_norm, out.lr, tokens_per_s,
                       train_seconds_ / static_cast<double>(step - start_) * static_cast<double>(total - step)};
     std::cout << format_step(progress) << "\n" << std::flush;
+  }
+}
+
+// One GRPO step (trainer/grpo/grpo_step.h) on this rank's prompts; rank 0 records verl's metrics and its own
+// progress line. "loss" and "grad_norm" repeat actor/pg_loss and actor/grad_norm for `enginery plot` and the summary.
+void TrainingLoop::grpo_train_step(int64_t step) {
+  std::vector<Example> examples;
+  for (int64_t index : inputs_.sampler.indices(step - 1)) examples.push_back(inputs_.train->get(index));
+  const grpo::StepResult r = grpo_->run(step, examples);
+  const double step_seconds = r.metrics.at("timing_s/step");
+  train_seconds_ += step_seconds;
+  tokens_done_ += r.tokens;
+  if (!lead_) return;
+  const double pg_loss = r.metrics.count("actor/pg_loss") ? r.metrics.at("actor/pg_loss") : 0.0;
+  nlohmann::json line = {{"step", step},
+                         {"epoch", inputs_.sampler.epoch_of(step - 1)},
+                         {"loss", pg_loss},
+                         {"grad_norm", r.metrics.at("actor/grad_norm")},
+                         {"lr", r.metrics.at("actor/lr")},
+                         {"tokens", r.tokens},
+                         {"tokens_per_s", train_seconds_ > 0 ? tokens_done_ / train_seconds_ : 0.0},
+                         {"step_time_s", step_seconds}};
+  for (const auto& [name, value] : r.metrics) line[name] = value;
+  metrics_->write(line);
+  if (first_step_) summary_.first_loss = pg_loss;
+  first_step_ = false;
+  summary_.last_loss = pg_loss;
+  summary_.steps = step;
+  const int64_t total = inputs_.total;
+  if (step % config_.trainer.log_freq == 0 || step == total || step == start_ + 1) {
+    const double eta = train_seconds_ / static_cast<double>(step - start_) * static_cast<double>(total - step);
+    std::cout << grpo::format_progress(step, total, r.metrics, eta) << "\n" << std::flush;
   }
 }
 
