@@ -15,7 +15,7 @@ def engine_with(extra):
 @pytest.mark.parametrize("extra, named", [
     ({"engine.no_such_key": 1}, "engine.no_such_key"),                  # unknown to the schema
     ({"optim.lr": "fast"}, "optim.lr"),                                  # wrong type
-    ({"engine.param_offload": True}, "engine.param_offload"),            # not implemented by fsdp (ConfigSupport)
+    ({"engine.forward_prefetch": True}, "engine.forward_prefetch"),      # not implemented by fsdp (ConfigSupport)
     ({"data.train_batch_size": 8}, "data.train_batch_size"),            # a trainer setting, not an engine's
     ({"engine": {"strategy": "fsdp2"}}, "engine.strategy"),             # disagrees with the backend argument
 ])
