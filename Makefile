@@ -12,7 +12,7 @@ demo: build
 
 # GRPO after a short SFT warm-up (examples/grpo.toml says why): the demo's SFT cut to 300 steps, exported as a
 # Hugging Face directory, then GRPO from it. Both runs move a previous one aside.
-RL_SFT_STEPS = 300
+RL_SFT_STEPS = 400
 demo-rl: build
 	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run \
 	  --set trainer.experiment_name=demo-rl-sft --set trainer.total_training_steps=$(RL_SFT_STEPS) \
