@@ -22,6 +22,8 @@ struct Case {
   int world;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.strategy << " " << c.model << " world " << c.world; }
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string model = info.param.model.substr(info.param.model.find(':') + 1);
   for (auto& c : model) c = c == '-' ? '_' : c;
