@@ -10,13 +10,14 @@ demo: build
 	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run  # a previous demo is moved aside, never overwritten
 	$(BUILD)/bin/enginery plot runs/demo
 
-# GRPO after a short SFT warm-up (examples/grpo.toml says why): the demo's SFT cut to 300 steps, exported as a
-# Hugging Face directory, then GRPO from it. Both runs move a previous one aside.
-RL_SFT_STEPS = 400
+# GRPO after an SFT warm-up stopped part-way (examples/grpo.toml says why): the demo's SFT on a 400-step schedule,
+# checkpointed (with a Hugging Face export) at step 300, then GRPO from that export. Both runs move a previous one
+# aside.
+RL_SFT_STEPS = 300
 demo-rl: build
 	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run \
-	  --set trainer.experiment_name=demo-rl-sft --set trainer.total_training_steps=$(RL_SFT_STEPS) \
-	  --set trainer.save_freq=$(RL_SFT_STEPS) --set trainer.test_freq=$(RL_SFT_STEPS) \
+	  --set trainer.experiment_name=demo-rl-sft --set trainer.total_training_steps=400 \
+	  --set trainer.save_freq=$(RL_SFT_STEPS) --set trainer.max_ckpt_to_keep=2 --set trainer.test_freq=100 \
 	  --set 'checkpoint.save_contents=["model","optimizer","extra","hf_model"]'
 	$(BUILD)/bin/enginery train --config examples/grpo.toml --nproc 2 --fresh-run \
 	  --set model.path=runs/demo-rl-sft/global_step_$(RL_SFT_STEPS)/actor/huggingface
