@@ -6,10 +6,11 @@ set -uo pipefail
 out=${1:?usage: diagnose_python_group.sh OUT [BUILD_DIR]}; build=${2:-build-dbg}
 mkdir -p "$out"
 source scripts/gpu/setup.sh >/dev/null
+set +e  # setup.sh sets -e; every case must run whatever the last one did
 export NCCL_NVLS_ENABLE=0
 ENGINERY_BUILD_TYPE=RelWithDebInfo scripts/gpu/build.sh "$build" enginery_python enginery_fsdp > "$out/build.log" 2>&1 \
   || { tail -30 "$out/build.log"; exit 1; }
-python3 -c "import torch, torch._C as C; print(torch.__version__, C._PYBIND11_COMPILER_TYPE, C._PYBIND11_STDLIB, C._PYBIND11_BUILD_ABI)"
+python3 -c "import torch, torch._C as C; print(torch.__version__, [getattr(C, n, None) for n in ('_PYBIND11_COMPILER_TYPE', '_PYBIND11_STDLIB', '_PYBIND11_BUILD_ABI')])"
 grep -h "define PYBIND11_VERSION_M" "$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/include/pybind11/detail/common.h"
 gcc -shared -fPIC -O1 -o /tmp/segv_backtrace.so scripts/gpu/segv_backtrace.c
 export PYTHONPATH="$PWD/$build/python" PYTHONDONTWRITEBYTECODE=1
