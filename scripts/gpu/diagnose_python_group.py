@@ -1,6 +1,8 @@
 """Builds an enginery engine from Python over one kind of torch.distributed group, to find which one crashes.
 Usage (scripts/gpu/diagnose_python_group.sh runs it): diagnose_python_group.py GROUP DEVICE PLUGIN_DIR
-GROUP: nccl | gloo | none. Prints each stage before it runs, so the last line printed names the stage that died."""
+GROUP: nccl | gloo | none. DIAG_CONFIG (JSON) replaces the engine config. Prints each stage before it runs, so the last line printed names the stage that died."""
+import json
+import os
 import socket
 import sys
 
@@ -28,7 +30,9 @@ if group != "none":
 stage("load_plugins")
 print(enginery.load_plugins([plugin_dir]), flush=True)
 stage("new_engine")
-engine = enginery.new_engine("language_model", "fsdp", device, {"model.path": "builtin:qwen2-tiny"})
+config = json.loads(os.environ.get("DIAG_CONFIG", '{"model.path": "builtin:qwen2-tiny"}'))
+stage(f"config {config}")
+engine = enginery.new_engine("language_model", "fsdp", device, config)
 stage("initialize")
 engine.initialize()
 stage("train_batch")

@@ -12,21 +12,36 @@ ENGINERY_BUILD_TYPE=RelWithDebInfo scripts/gpu/build.sh "$build" enginery_python
   || { tail -30 "$out/build.log"; exit 1; }
 python3 -c "import torch, torch._C as C; print(torch.__version__, [getattr(C, n, None) for n in ('_PYBIND11_COMPILER_TYPE', '_PYBIND11_STDLIB', '_PYBIND11_BUILD_ABI')])"
 grep -h "define PYBIND11_VERSION_M" "$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/include/pybind11/detail/common.h"
-gcc -shared -fPIC -O1 -o /tmp/segv_backtrace.so scripts/gpu/segv_backtrace.c
+gcc -shared -fPIC -O1 -o /tmp/segv_backtrace.so scripts/gpu/segv_backtrace.c -ldl
 export PYTHONPATH="$PWD/$build/python" PYTHONDONTWRITEBYTECODE=1
-for case in "none cuda" "gloo cpu" "gloo cuda" "nccl cuda"; do
-  set -- $case
-  LD_PRELOAD=/tmp/segv_backtrace.so timeout 120 python3 scripts/gpu/diagnose_python_group.py "$1" "$2" \
-    "$build/plugins" > "$out/case-$1-$2.log" 2>&1
-  echo "== $1 $2: rc=$?"
-  grep -v "^ *$" "$out/case-$1-$2.log" | grep -v "native stack" | sed -n '/\[/p' | tail -4
-  # Resolve "lib.so(+0xOFF)" / "lib.so(sym+0xOFF)" frames: addr2line for the first, c++filt for the second.
-  grep -E '^\S+\((\S*)\+0x[0-9a-f]+\)' "$out/case-$1-$2.log" | head -40 | while read -r frame; do
-    lib=${frame%%(*}; inner=${frame#*(}; inner=${inner%%)*}; sym=${inner%+*}; off=${inner##*+}
+run_case() {  # NAME GROUP DEVICE [CONFIG-JSON]
+  local name=$1 group=$2 device=$3
+  DIAG_CONFIG=${4:-} LD_PRELOAD=/tmp/segv_backtrace.so timeout 120 python3 scripts/gpu/diagnose_python_group.py \
+    "$group" "$device" "$build/plugins" > "$out/case-$name.log" 2>&1
+  echo "== $name: rc=$?"
+  grep '^\[' "$out/case-$name.log" | tail -2
+  # "lib.so(+0xOFF)" frames and "pc/scan lib+0xOFF" words: addr2line; "lib.so(sym+0xOFF)": c++filt.
+  grep -E '^\S+\(\S*\+0x[0-9a-f]+\)|^(pc|scan) ' "$out/case-$name.log" | grep -v 'libc.so\|libpython\|segv_backtrace' \
+    | head -50 | while read -r frame; do
+    case $frame in
+      pc\ *|scan\ *) lib=${frame#* }; off=0x${lib##*+0x}; lib=${lib%+0x*}; sym="" ;;
+      *) lib=${frame%%(*}; inner=${frame#*(}; inner=${inner%%)*}; sym=${inner%+*}; off=${inner##*+} ;;
+    esac
     if [ -z "$sym" ] && [ -f "$lib" ]; then
-      echo "  $(basename "$lib") $(addr2line -f -C -i -e "$lib" "$off" 2>/dev/null | paste -sd' ')"
+      echo "  ${frame%% *} $(basename "$lib") $(addr2line -f -C -i -e "$lib" "$off" 2>/dev/null | paste -sd' ' | cut -c1-220)"
     else
       echo "  $(basename "$lib") $(echo "$sym" | c++filt) +$off"
     fi
   done
-done
+}
+
+model='"model": {"path": "builtin:qwen2-tiny", "use_remove_padding": true}'
+engine='"engine": {"micro_batch_size_per_gpu": 2, "mixed_precision": {"param_dtype": "bf16"}}'
+rest='"optim": {"lr": 1e-6}, "checkpoint": {}'
+run_case nccl-plain nccl cuda
+run_case nccl-verl nccl cuda "{$model, $engine, $rest}"
+run_case none-verl none cuda "{$model, $engine, $rest}"
+run_case nccl-no-rmpad nccl cuda "{\"model\": {\"path\": \"builtin:qwen2-tiny\"}, $engine, $rest}"
+run_case nccl-no-bf16 nccl cuda "{$model, \"engine\": {\"micro_batch_size_per_gpu\": 2}, $rest}"
+run_case nccl-no-optim nccl cuda "{$model, $engine}"
+run_case gloo-cpu-verl gloo cpu "{$model, $engine, $rest}"
