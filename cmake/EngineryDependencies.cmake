@@ -2,13 +2,16 @@
 # CLI11, GoogleTest, OpenSSL's libcrypto) and wraps LibTorch in one interface target with the c10d defines its headers need.
 find_package(Torch REQUIRED)
 # TOML++ is used header-only (TOML_HEADER_ONLY=1): Debian ships it as a compiled library, the GPU machine only
-# has the headers we carry there (scripts/gpu/), and header-only works the same on both.
+# has the headers we carry there (scripts/gpu/), and header-only works the same on both. Floats parse through
+# std::from_chars (GCC 11+), not TOML++'s default std::stringstream: inside a PyTorch 2.x Python process the
+# stream's extractor resolved to a bad address and every TOML float (optim.lr) crashed the Python module
+# (docs/ARCHITECTURE.md, "Plugins and packaging"; found with scripts/gpu/diagnose_python_group.sh).
 find_path(ENGINERY_TOMLPP_INCLUDE_DIR NAMES toml++/toml.h toml++/toml.hpp REQUIRED)
 if(NOT TARGET tomlplusplus::tomlplusplus)
   add_library(tomlplusplus::tomlplusplus INTERFACE IMPORTED)
   set_target_properties(tomlplusplus::tomlplusplus PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES ${ENGINERY_TOMLPP_INCLUDE_DIR}
-    INTERFACE_COMPILE_DEFINITIONS TOML_HEADER_ONLY=1)
+    INTERFACE_COMPILE_DEFINITIONS "TOML_HEADER_ONLY=1;TOML_FLOAT_CHARCONV=1")
 endif()
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
