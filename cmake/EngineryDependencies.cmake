@@ -5,7 +5,7 @@ find_package(Torch REQUIRED)
 # has the headers we carry there (scripts/gpu/), and header-only works the same on both. Floats parse through
 # std::from_chars (GCC 11+), not TOML++'s default std::stringstream: inside a PyTorch 2.x Python process the
 # stream's extractor resolved to a bad address and every TOML float (optim.lr) crashed the Python module
-# (docs/ARCHITECTURE.md, "Plugins and packaging"; found with scripts/gpu/diagnose_python_group.sh).
+# (docs/ARCHITECTURE.md, "Version compatibility"; found with scripts/gpu/diagnose_python_group.sh).
 find_path(ENGINERY_TOMLPP_INCLUDE_DIR NAMES toml++/toml.h toml++/toml.hpp REQUIRED)
 if(NOT TARGET tomlplusplus::tomlplusplus)
   add_library(tomlplusplus::tomlplusplus INTERFACE IMPORTED)

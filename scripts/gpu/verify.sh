@@ -27,5 +27,6 @@ step conformance_fsdp2_cuda 120 build-gpu/bin/enginery conformance --plugin-dir 
 step conformance_veomni_cuda 120 build-gpu/bin/enginery conformance --plugin-dir build-gpu/plugins --backend veomni \
   --device cuda
 step hf_export_transformers 120 scripts/gpu/check_hf_export.sh build-gpu
+step verl_adapter_nccl 200 scripts/gpu/check_verl_adapter.sh build-gpu
 nvidia-smi --query-gpu=name,memory.total --format=csv > "$out/gpu.txt" 2>&1
 cat "$summary"
