@@ -249,3 +249,63 @@ def test_per_tensor_params_are_the_hf_checkpoints_tensors(tmp_path):
     for buffer, entries in buckets:
         for name, offset, numel, shape in entries:
             assert torch.equal(buffer[offset: offset + numel].view(shape).cpu(), hf[name]), name
+
+
+class _RecordingEngine:
+    """The adapter's enginery engine with its to() calls recorded (everything else passes through)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.moves = []
+
+    def to(self, device, model=True, optimizer=True, grad=True):
+        self.moves.append((device, model, optimizer, grad))
+        self._inner.to(device, model, optimizer, grad)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def test_offload_outside_modes_moves_the_state_around_each_outermost_context():
+    """engine_config offload_outside_modes: state on the host after initialize and between contexts; train_mode
+    brings model, optimizer and grad, eval_mode the model only, and each exit returns what its entry brought; a
+    context inside another moves nothing. (On CPU the moves are copies in place; the GPU is what they free.)"""
+    engine = enginery_verl.LanguageModelEngine(
+        model_config=MODEL, engine_config={**ENGINE, "offload_outside_modes": True}, optimizer_config=OPTIM,
+        device="cpu", plugin_dirs=[common.PLUGIN_DIR])
+    spy = engine._engine = _RecordingEngine(engine._engine)
+    engine.initialize()
+    assert spy.moves == [("cpu", True, True, True)]
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    spy.moves.clear()
+    with engine.train_mode():
+        assert spy.moves == [("cpu", True, True, True)]
+        engine.train_batch(data, verl_common.sft_loss)
+        with engine.eval_mode():
+            engine.infer_batch(data)
+        assert len(spy.moves) == 1
+    assert spy.moves == [("cpu", True, True, True)] * 2
+    spy.moves.clear()
+    with engine.eval_mode():
+        engine.infer_batch(data)
+    assert spy.moves == [("cpu", True, False, False)] * 2
+
+
+def test_offload_outside_modes_changes_no_number():
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    results = []
+    for offload in (False, True):
+        engine = adapter(offload_outside_modes=offload)
+        steps = []
+        for _ in range(2):
+            with engine.train_mode():
+                steps.append(engine.train_batch(data, verl_common.sft_loss))
+        with engine.eval_mode():
+            log_probs = engine.infer_batch(data)["model_output"]["log_probs"]
+        results.append((steps, log_probs))
+    (plain, plain_lp), (moved, moved_lp) = results
+    for a, b in zip(plain, moved):
+        assert a["loss"] == b["loss"] and a["metrics"]["grad_norm"] == b["metrics"]["grad_norm"]
+    assert all(torch.equal(x, y) for x, y in zip(verl_common.rows_of(plain_lp), verl_common.rows_of(moved_lp)))

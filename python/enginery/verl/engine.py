@@ -56,27 +56,40 @@ def backend_of(strategy):
 
 class _ModeContext:
     """verl's train/eval contexts: the engine's mode inside, engine.mode set as verl's contexts set it, and (train)
-    gradients zeroed on exit, as verl's FSDP engine does."""
+    gradients zeroed on exit, as verl's FSDP engine does. With engine_config offload_outside_modes, the outermost
+    context also brings the state to the GPU on entry (train: model, optimizer, grad; eval: the model only) and
+    sends what it brought back to host memory on exit, as verl's contexts do for an offloaded engine."""
 
     def __init__(self, owner, training):
         self._owner = owner
         self._training = training
         self._inner = None
+        self._loaded = None  # (model, optimizer, grad) this context brought to the GPU
 
     def __enter__(self):
-        engine = self._owner._engine
+        owner = self._owner
+        engine = owner._engine
+        if owner._offload_outside_modes and owner._mode_depth == 0:
+            parts = (True, self._training, self._training)
+            engine.to(owner.device, *parts)
+            self._loaded = parts
+        owner._mode_depth += 1
         self._inner = engine.train_mode() if self._training else engine.eval_mode()
         self._inner.__enter__()
-        self._owner.mode = "train" if self._training else "eval"
+        owner.mode = "train" if self._training else "eval"
         return self
 
     def __exit__(self, *exc):
+        owner = self._owner
         try:
             if self._training:
-                self._owner.optimizer_zero_grad()
+                owner.optimizer_zero_grad()
         finally:
             self._inner.__exit__(*exc)
-            self._owner.mode = None
+            owner.mode = None
+            owner._mode_depth -= 1
+            if self._loaded is not None:
+                owner._engine.to("cpu", *self._loaded)
         return False
 
 
@@ -94,6 +107,9 @@ class EngineryVerlEngine:
                     "optim": _section(optimizer_config, "optim"),
                     "checkpoint": _section(checkpoint_config, "checkpoint")}
         strategy = sections["engine"].pop("strategy", None)
+        # The adapter's own key (not the engine's): state in host memory outside train_mode()/eval_mode().
+        self._offload_outside_modes = bool(sections["engine"].pop("offload_outside_modes", False))
+        self._mode_depth = 0
         self._engine_section = dict(sections["engine"])
         self.backend = backend if backend is not None else backend_of(strategy or BACKEND_PREFIX + "fsdp")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -104,6 +120,8 @@ class EngineryVerlEngine:
     # --- lifecycle and modes ---
     def initialize(self):
         self._engine.initialize()
+        if self._offload_outside_modes:
+            self._engine.to("cpu", True, True, True)  # verl's engine, too, offloads right after building
 
     def train_mode(self, **kwargs):
         return _ModeContext(self, training=True)
@@ -112,7 +130,8 @@ class EngineryVerlEngine:
         return _ModeContext(self, training=False)
 
     # engine.param_offload / engine.optimizer_offload keep that state in host memory for the whole run (the engine
-    # brings units to the GPU as it needs them); moving everything away between phases is the caller's to().
+    # brings units to the GPU as it needs them); engine_config offload_outside_modes moves the rest away between
+    # phases (_ModeContext), else that is the caller's to().
     @property
     def is_param_offload_enabled(self):
         return bool(self._engine_section.get("param_offload", False))
