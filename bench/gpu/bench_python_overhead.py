@@ -40,8 +40,13 @@ def main():
 
     tokens = torch.from_numpy(np.fromfile(a.tokens, dtype=np.int32).astype(np.int64))
 
+    window = a.mbs * a.seq
+    if tokens.numel() < (a.warmup + a.steps) * window:
+        raise SystemExit(f"{a.tokens}: {tokens.numel()} tokens, {a.warmup + a.steps} steps need "
+                         f"{(a.warmup + a.steps) * window} (--mbs x --seq per step); make a longer file or run fewer steps")
+
     def batch_for_step(step):  # one process: step k reads window k, as bench_engine_train does at world size 1
-        ids = tokens[step * a.mbs * a.seq:(step + 1) * a.mbs * a.seq].view(a.mbs, a.seq).cuda()
+        ids = tokens[step * window:(step + 1) * window].view(a.mbs, a.seq).cuda()
         mask = torch.ones_like(ids, dtype=torch.float32)
         mask[:, 0] = 0
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": mask}

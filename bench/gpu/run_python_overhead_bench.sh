@@ -28,7 +28,7 @@ python3 - "$out/results.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 for r in rows:
-    print(f"{r['impl']:28s} {r['tokens_per_s']:9.0f} tok/s  step {2 * 4096 / r['tokens_per_s']:.4f} s  "
+    print(f"{r['impl']:28s} {r['tokens_per_s']:9.0f} tok/s  step {r['mbs'] * r['seq'] / r['tokens_per_s']:.4f} s  "
           f"peak {r['peak_mem_gib']:.2f} GiB  final loss {r['final_loss']:.4f}")
 cpp = [r["tokens_per_s"] for r in rows if not r["impl"].endswith("-python")]
 py = [r["tokens_per_s"] for r in rows if r["impl"].endswith("-python")]

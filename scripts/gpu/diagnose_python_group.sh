@@ -10,8 +10,6 @@ set +e  # setup.sh sets -e; every case must run whatever the last one did
 export NCCL_NVLS_ENABLE=0
 ENGINERY_BUILD_TYPE=RelWithDebInfo scripts/gpu/build.sh "$build" enginery_python enginery_fsdp > "$out/build.log" 2>&1 \
   || { tail -30 "$out/build.log"; exit 1; }
-python3 -c "import torch, torch._C as C; print(torch.__version__, [getattr(C, n, None) for n in ('_PYBIND11_COMPILER_TYPE', '_PYBIND11_STDLIB', '_PYBIND11_BUILD_ABI')])"
-grep -h "define PYBIND11_VERSION_M" "$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/include/pybind11/detail/common.h"
 gcc -shared -fPIC -O1 -o /tmp/segv_backtrace.so scripts/gpu/segv_backtrace.c -ldl
 export PYTHONPATH="$PWD/$build/python" PYTHONDONTWRITEBYTECODE=1
 run_case() {  # NAME GROUP DEVICE [CONFIG-JSON]

@@ -35,8 +35,7 @@ static void print_stack(int sig, siginfo_t* info, void* context) {
   print_code_address("pc", (uintptr_t)uc->uc_mcontext.gregs[REG_RIP]);
   const uintptr_t* sp = (const uintptr_t*)uc->uc_mcontext.gregs[REG_RSP];
   for (int i = 0; i < 64; ++i) print_code_address("scan", sp[i]);
-  signal(sig, SIG_DFL);
-  raise(sig);
+  raise(sig);  // SA_RESETHAND has put the default action back
 }
 
 __attribute__((constructor)) static void install(void) {

@@ -309,3 +309,19 @@ def test_offload_outside_modes_changes_no_number():
     for a, b in zip(plain, moved):
         assert a["loss"] == b["loss"] and a["metrics"]["grad_norm"] == b["metrics"]["grad_norm"]
     assert all(torch.equal(x, y) for x, y in zip(verl_common.rows_of(plain_lp), verl_common.rows_of(moved_lp)))
+
+
+def test_offload_outside_modes_is_refused_by_name_before_any_work(monkeypatch):
+    def build(value):
+        return enginery_verl.LanguageModelEngine(
+            model_config=MODEL, engine_config={**ENGINE, "offload_outside_modes": value}, optimizer_config=OPTIM,
+            device="cpu", plugin_dirs=[common.PLUGIN_DIR])
+
+    with pytest.raises(enginery.EngineryError, match=r"offload_outside_modes: 'yes' is not a bool"):
+        build("yes")
+    without_offload = [{**e, "capabilities": [c for c in e["capabilities"] if c != "offload"]}
+                       for e in enginery.plugins()]
+    monkeypatch.setattr(enginery, "plugins", lambda: without_offload)
+    with pytest.raises(enginery.EngineryError, match=r"offload_outside_modes: engine fsdp .*capability 'offload'"):
+        build(True)
+    build(False)  # off: nothing to check

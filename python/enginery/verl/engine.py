@@ -55,25 +55,26 @@ def backend_of(strategy):
 
 
 class _ModeContext:
-    """verl's train/eval contexts: the engine's mode inside, engine.mode set as verl's contexts set it, and (train)
-    gradients zeroed on exit, as verl's FSDP engine does. With engine_config offload_outside_modes, the outermost
-    context also brings the state to the GPU on entry (train: model, optimizer, grad; eval: the model only) and
-    sends what it brought back to host memory on exit, as verl's contexts do for an offloaded engine."""
+    """verl's train/eval contexts: the engine's mode inside, engine.mode set as verl's contexts set it (and the outer
+    context's mode back after a nested one), and (train) gradients zeroed on exit, as verl's FSDP engine does. With
+    engine_config offload_outside_modes, the outermost context also brings the state to the GPU on entry (train:
+    model, optimizer, grad; eval: the model only) and sends what it brought back to host memory on exit, as verl's
+    contexts do for an offloaded engine."""
 
     def __init__(self, owner, training):
         self._owner = owner
         self._training = training
         self._inner = None
+        self._outer_mode = None
         self._loaded = None  # (model, optimizer, grad) this context brought to the GPU
 
     def __enter__(self):
         owner = self._owner
         engine = owner._engine
-        if owner._offload_outside_modes and owner._mode_depth == 0:
-            parts = (True, self._training, self._training)
-            engine.to(owner.device, *parts)
-            self._loaded = parts
-        owner._mode_depth += 1
+        self._outer_mode = owner.mode
+        if owner._offload_outside_modes and self._outer_mode is None:
+            self._loaded = (True, self._training, self._training)
+            engine.to(owner.device, *self._loaded)
         self._inner = engine.train_mode() if self._training else engine.eval_mode()
         self._inner.__enter__()
         owner.mode = "train" if self._training else "eval"
@@ -86,8 +87,7 @@ class _ModeContext:
                 owner.optimizer_zero_grad()
         finally:
             self._inner.__exit__(*exc)
-            owner.mode = None
-            owner._mode_depth -= 1
+            owner.mode = self._outer_mode
             if self._loaded is not None:
                 owner._engine.to("cpu", *self._loaded)
         return False
@@ -108,14 +108,28 @@ class EngineryVerlEngine:
                     "checkpoint": _section(checkpoint_config, "checkpoint")}
         strategy = sections["engine"].pop("strategy", None)
         # The adapter's own key (not the engine's): state in host memory outside train_mode()/eval_mode().
-        self._offload_outside_modes = bool(sections["engine"].pop("offload_outside_modes", False))
-        self._mode_depth = 0
+        self._offload_outside_modes = sections["engine"].pop("offload_outside_modes", False)
         self._engine_section = dict(sections["engine"])
         self.backend = backend if backend is not None else backend_of(strategy or BACKEND_PREFIX + "fsdp")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         enginery.load_plugins(list(plugin_dirs))
+        if self._offload_outside_modes is not False:
+            self._check_offload_outside_modes()
         self._engine = enginery.new_engine(self.model_type, self.backend, self.device, sections)
         self.mode = None
+
+    def _check_offload_outside_modes(self):
+        """Refuses offload_outside_modes before any work unless it is a bool and the engine can move its state."""
+        where = "enginery.verl engine_config.offload_outside_modes"
+        if not isinstance(self._offload_outside_modes, bool):
+            raise _error(f"{self._offload_outside_modes!r} is not a bool", where, "True, False")
+        device_type = self.device.split(":")[0]
+        able = [e for e in enginery.plugins() if "offload" in e["capabilities"] and e["device"] == device_type
+                and e["model_type"] == self.model_type]
+        if self.backend not in {e["backend"] for e in able}:
+            raise _error(f"engine {self.backend} ({self.model_type}, {device_type}) cannot move its state to the host",
+                         where, "False, or a backend with the capability 'offload': " +
+                         (", ".join(sorted({e["backend"] for e in able})) or "none loaded"))
 
     # --- lifecycle and modes ---
     def initialize(self):
