@@ -28,6 +28,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_flag("--param-offload", f.param_offload, "engine.param_offload: masters, shard grads in pinned host memory");
   app.add_flag("--optimizer-offload", f.optimizer_offload, "engine.optimizer_offload: AdamW state in host memory");
   app.add_option("--offload-step", f.offload_step, "engine.<backend>.offload_step: device (streamed) or host");
+  app.add_option("--fp8", f.fp8, "engine.<backend>.fp8: off or tensorwise (FP8 matmuls in the decoder layers)");
   app.add_option("--out", f.out, "append the JSON result here");
 }
 
@@ -61,6 +62,7 @@ EngineArgs engine_args(const Rank& rank, const EngineFlags& f) {
   args.engine.param_offload = f.param_offload;
   args.engine.optimizer_offload = f.optimizer_offload;
   if (!f.offload_step.empty()) args.engine.backend_options["offload_step"] = f.offload_step;
+  if (!f.fp8.empty()) args.engine.backend_options["fp8"] = f.fp8;
   args.engine.mixed_precision = MixedPrecisionConfig{c10::kBFloat16, c10::kFloat, c10::kFloat};
   args.optim.lr = f.lr;
   args.optim.weight_decay = 0.01;

@@ -24,6 +24,7 @@ struct EngineFlags {
   bool ac = false;
   bool param_offload = false, optimizer_offload = false;  // engine.param_offload / engine.optimizer_offload
   std::string offload_step;                               // engine.<backend>.offload_step (device, host)
+  std::string fp8;                                        // engine.<backend>.fp8 (off, tensorwise)
   double lr = 1e-5;
 };
 void add_engine_flags(CLI::App& app, EngineFlags& flags);

@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
                               : flags.optimizer_offload                      ? "+optimizer_offload"
                                                                              : "";
   const std::string where = flags.offload_step.empty() ? "" : "(step on " + flags.offload_step + ")";
-  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where}, {"seq", seq}, {"mbs", mbs},
+  const std::string fp8 = flags.fp8.empty() || flags.fp8 == "off" ? "" : "+fp8-" + flags.fp8;
+  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where + fp8}, {"seq", seq}, {"mbs", mbs},
                            {"ac", flags.ac},
                            {"world", world}, {"steps", flags.steps}, {"tokens_per_s", tok_s},
                            {"mfu", flops_per_token > 0 ? tok_s * flops_per_token / (989e12 * world) : 0.0},

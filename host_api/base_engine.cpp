@@ -7,6 +7,7 @@
 
 #include "host_api/error.h"
 #include "host_api/micro_batch_plan.h"
+#include "host_api/mode_offload.h"
 #include "host_api/precision.h"
 
 namespace enginery {
@@ -179,29 +180,55 @@ void BaseEngine::set_precision(const Precision& precision, std::unique_ptr<GradS
   scaler_ = std::move(scaler);
 }
 
+// What a mode guard brought to device() (ModeGuard::brought_).
+constexpr uint8_t kBroughtModel = 1, kBroughtOptimizer = 2, kBroughtGrad = 4;
+
+// 2.3 added BaseEngine::open_modes_ and ModeGuard::brought_ in padding; plugins built against 2.0-2.2 allocate
+// these types with the sizes below and lay their own members out after them.
+static_assert(sizeof(BaseEngine) == 4 * sizeof(void*), "BaseEngine's size is part of host_api 2.x");
+static_assert(sizeof(BaseEngine::ModeGuard) == 2 * sizeof(void*), "ModeGuard's size is part of host_api 2.x");
+
 BaseEngine::ModeGuard::ModeGuard(BaseEngine* engine, bool previous_training)
-    : engine_(engine), previous_training_(previous_training) {}
+    : engine_(engine), previous_training_(previous_training) {
+  if (engine_ != nullptr) ++engine_->open_modes_;
+}
 
 BaseEngine::ModeGuard::ModeGuard(ModeGuard&& other) noexcept
-    : engine_(other.engine_), previous_training_(other.previous_training_) {
+    : engine_(other.engine_), previous_training_(other.previous_training_), brought_(other.brought_) {
   other.engine_ = nullptr;
+  other.brought_ = 0;
 }
 
 BaseEngine::ModeGuard::~ModeGuard() {
-  if (engine_ != nullptr) engine_->set_training(previous_training_);
+  if (engine_ == nullptr) return;
+  --engine_->open_modes_;
+  engine_->set_training(previous_training_);
+  if (brought_ == 0) return;
+  // A destructor cannot throw. A failed move leaves the state where it is (on the device, nothing lost); the next
+  // guard's start finds it there and the next end tries again.
+  try {
+    engine_->to(torch::kCPU, brought_ & kBroughtModel, brought_ & kBroughtOptimizer, brought_ & kBroughtGrad);
+  } catch (const std::exception& e) {
+    std::cerr << "enginery: offload at the end of a mode (engine." << engine_->args().engine.strategy << "."
+              << kOffloadOutsideModes << ") failed, the state stays on " << engine_->device() << ": " << e.what()
+              << std::endl;
+  }
 }
 
-BaseEngine::ModeGuard BaseEngine::train_mode() {
+BaseEngine::ModeGuard BaseEngine::enter_mode(bool training) {
+  const bool outermost = open_modes_ == 0;
   ModeGuard guard(this, training_);
-  set_training(true);
+  if (outermost && offloads_outside_modes(args().engine)) {
+    to(device(), /*model=*/true, /*optimizer=*/training, /*grad=*/training);  // throws: the guard undoes the count
+    guard.brought_ = kBroughtModel | (training ? kBroughtOptimizer | kBroughtGrad : 0);
+  }
+  set_training(training);
   return guard;
 }
 
-BaseEngine::ModeGuard BaseEngine::eval_mode() {
-  ModeGuard guard(this, training_);
-  set_training(false);
-  return guard;
-}
+BaseEngine::ModeGuard BaseEngine::train_mode() { return enter_mode(true); }
+
+BaseEngine::ModeGuard BaseEngine::eval_mode() { return enter_mode(false); }
 
 BatchOutput BaseEngine::forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only) {
   std::optional<torch::NoGradGuard> no_grad;

@@ -3,6 +3,7 @@
 // it; the host only sees this.
 #include <torch/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -78,7 +79,10 @@ class BaseEngine {
 
   virtual void initialize() = 0;
 
-  // RAII mode switch: the previous mode comes back when the guard dies.
+  // RAII mode switch: the previous mode comes back when the guard dies. With `[engine.<backend>]
+  // offload_outside_modes = true` (host_api/mode_offload.h) the outermost guard also moves state as verl's contexts
+  // do: train_mode() brings the model, optimizer and gradients to device(), eval_mode() the model, and the guard's
+  // end sends back what its start brought; nested guards move nothing (docs/ARCHITECTURE.md, "The contract").
   class ModeGuard {
    public:
     ModeGuard(BaseEngine* engine, bool previous_training);
@@ -87,8 +91,10 @@ class BaseEngine {
     ~ModeGuard();
 
    private:
+    friend class BaseEngine;
     BaseEngine* engine_;
     bool previous_training_;
+    uint8_t brought_ = 0;  // ModePart bits this guard brought to device(); in what was padding (2.3, same size)
   };
   ModeGuard train_mode();
   ModeGuard eval_mode();
@@ -159,7 +165,13 @@ class BaseEngine {
   void set_precision(const Precision& precision, std::unique_ptr<GradScaler> scaler, ScalerMode configured);
 
  private:
+  ModeGuard enter_mode(bool training);
+
   Precision precision_;
+  // 2.3. Sits in the padding between precision_ (3 bytes) and scaler_ (8-aligned): BaseEngine's size and every
+  // offset a 2.0 plugin's engine was compiled against stay the same (a derived class may reuse a base's tail
+  // padding, never its interior padding). base_engine.cpp asserts the size.
+  uint16_t open_modes_ = 0;
   std::unique_ptr<GradScaler> scaler_;
   bool training_ = true;
 };

@@ -14,7 +14,9 @@ namespace enginery {
 constexpr int kApiVersionMajor = 2;
 // 2.2: BaseEngine::weight_stream and the WeightExportingEngine interface behind it (host_api/weight_export.h); a
 // 2.0/2.1 plugin's engines stream through their get_per_tensor_param.
-constexpr int kApiVersionMinor = 2;
+// 2.3: train_mode()/eval_mode() offload and reload with [engine.<backend>] offload_outside_modes
+// (host_api/mode_offload.h); the state they need sits in padding, so sizes and offsets are those of 2.0.
+constexpr int kApiVersionMinor = 3;
 
 // Version of the plugin.toml schema this host reads.
 constexpr int kManifestVersion = 1;

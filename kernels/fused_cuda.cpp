@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/launchers.h"
+#include "support/torch_compat.h"
 #endif
 
 namespace enginery {
@@ -137,6 +138,25 @@ void log_softmax_grad_(torch::Tensor& logits, const torch::Tensor& targets, cons
                            stream());
 }
 
+std::pair<torch::Tensor, torch::Tensor> fp8_scale_cast(const torch::Tensor& x, const torch::Tensor& scale,
+                                                       c10::ScalarType float8_type, bool row_major, bool transposed) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  require(x.dim() == 2 && x.is_contiguous(), "fp8_scale_cast: x must be a contiguous matrix");
+  require(scale.is_cuda() && scale.scalar_type() == torch::kFloat && scale.numel() == 1,
+          "fp8_scale_cast: scale must be one fp32 element on the device");
+  const bool e5m2 = float8_type == compat::float8_e5m2();
+  require(e5m2 || float8_type == compat::float8_e4m3(), "fp8_scale_cast: float8_type must be e4m3fn or e5m2");
+  const int64_t rows = x.size(0), cols = x.size(1);
+  torch::Tensor out, out_t;
+  if (row_major) out = torch::empty({rows, cols}, x.options().dtype(float8_type));
+  if (transposed) out_t = torch::empty({cols, rows}, x.options().dtype(float8_type));
+  if (rows > 0 && cols > 0 && (row_major || transposed)) {
+    launch::fp8_scale_cast(elem_of(x), x.data_ptr(), rows, cols, scale.data_ptr<float>(), e5m2,
+                           row_major ? out.data_ptr() : nullptr, transposed ? out_t.data_ptr() : nullptr, stream());
+  }
+  return {out, out_t};
+}
+
 #else  // no CUDA kernels in this build
 
 namespace {
@@ -148,6 +168,10 @@ namespace {
 
 bool available() { return false; }
 bool applies(const torch::Tensor&) { return false; }
+std::pair<torch::Tensor, torch::Tensor> fp8_scale_cast(const torch::Tensor&, const torch::Tensor&, c10::ScalarType,
+                                                       bool, bool) {
+  not_built("fp8_scale_cast");
+}
 torch::Tensor swiglu(const torch::Tensor&, const torch::Tensor&) { not_built("swiglu"); }
 std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor&, const torch::Tensor&,
                                                         const torch::Tensor&) {

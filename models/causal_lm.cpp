@@ -8,6 +8,14 @@
 namespace enginery {
 namespace models {
 
+void DecoderModel::set_fp8_matmuls(bool on) {
+  if (on) throw EngineryError("this model has no FP8 matmuls (models/fp8_linear.h)", hf_model_type());
+}
+
+void CausalLM::set_fp8_matmuls(bool on) {
+  for (auto& layer : model_->layers) layer->set_fp8_matmuls(on);
+}
+
 DecoderBodyImpl::DecoderBodyImpl(const ModelArgs& a) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(a.vocab_size, a.hidden_size));
   torch::nn::ModuleList list;

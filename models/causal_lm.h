@@ -49,6 +49,7 @@ class CausalLM : public DecoderModel {
   const ModelArgs& args() const { return args_; }
   HeadKind head_kind() const { return head_; }
   void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
+  void set_fp8_matmuls(bool on) override;
   bool gradient_checkpointing() const { return checkpointing_; }
 
   // The [V, H] matrix the language-model head multiplies with (lm_head.weight, or the embeddings when tied).

@@ -58,6 +58,8 @@ class DecoderModel : public torch::nn::Module {
 
   virtual std::string hf_model_type() const = 0;  // "llama" | "qwen2" | "qwen3"
   virtual bool tied_embeddings() const = 0;
+  // The decoder layers' projections as FP8 GEMMs (models/fp8_linear.h). A model without them throws.
+  virtual void set_fp8_matmuls(bool on);
 };
 
 }  // namespace models

@@ -4,6 +4,7 @@
 
 #include "support/torch_compat.h"
 #include "host_api/error.h"
+#include "models/fp8_linear.h"
 #include "models/fused_ops.h"
 #include "models/kv_cache.h"
 
@@ -84,14 +85,20 @@ AttentionImpl::AttentionImpl(const ModelArgs& a)
 
 AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTables& rope) {
   const int64_t b = x.size(0), t = x.size(1);
-  auto q = q_proj(x).view({b, t, heads_, head_dim_});
-  auto k = k_proj(x).view({b, t, kv_heads_, head_dim_});
-  auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+  const auto qkv = fp8_matmuls ? fp8_linears(x, {q_proj, k_proj, v_proj})
+                               : std::vector<torch::Tensor>{q_proj(x), k_proj(x), v_proj(x)};
+  auto q = qkv[0].view({b, t, heads_, head_dim_});
+  auto k = qkv[1].view({b, t, kv_heads_, head_dim_});
+  auto v = qkv[2].view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
   }
   return {apply_rope(q, rope), apply_rope(k, rope), v};
+}
+
+torch::Tensor AttentionImpl::project_out(const torch::Tensor& x) {
+  return fp8_matmuls ? fp8_linears(x, {o_proj})[0] : o_proj(x);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
@@ -104,14 +111,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
     const auto dtype = v.scalar_type();
     auto out = packed_causal_attention(q[0].transpose(0, 1).to(dtype), k[0].transpose(0, 1).to(dtype),
                                        v[0].transpose(0, 1), ctx.packed, scale);
-    return o_proj(out.reshape({b, t, heads_ * head_dim_}));
+    return project_out(out.reshape({b, t, heads_ * head_dim_}));
   }
   // Under autocast q/k/v may differ in dtype (rope promotes); the fused kernels want one.
   const auto dtype = v.scalar_type();
   q = q.to(dtype);
   k = k.to(dtype);
   auto merge_heads = [&](const torch::Tensor& out) {
-    return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+    return project_out(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
   };
   if (x.is_cuda() && !ctx.mask.defined()) {
     // k and v keep their kv_heads here: the fused kernels read kv head h / (heads / kv_heads) themselves, so no
@@ -149,7 +156,7 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const Attent
                        : ctx.mask.unsqueeze(2).expand({b, 1, rep, t, s}).reshape({b, 1, rep * t, s});
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   auto out = compat::sdpa(q, kv.first, kv.second, mask, /*is_causal=*/false, scale);
-  return o_proj(out.reshape({b, heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+  return project_out(out.reshape({b, heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 
 MLPImpl::MLPImpl(const ModelArgs& a) {
@@ -160,6 +167,11 @@ MLPImpl::MLPImpl(const ModelArgs& a) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x, bool keep_product) {
+  if (fp8_matmuls) {
+    // The down projection is an FP8 GEMM of its own, so swiglu_down's fusion (a bf16 GEMM) does not apply.
+    const auto gate_up = fp8_linears(x, {gate_proj, up_proj});
+    return fp8_linears(swiglu(gate_up[0], gate_up[1]), {down_proj})[0];
+  }
   auto gate = gate_proj(x);
   auto up = up_proj(x);
   if (!keep_product && !down_proj->bias.defined() && fused_swiglu_down_applies(gate, up)) {

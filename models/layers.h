@@ -51,12 +51,14 @@ class AttentionImpl : public torch::nn::Module {
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // qwen3 only
+  bool fp8_matmuls = false;  // the projections through models/fp8_linear.h (q/k/v as one group)
 
  private:
   struct QKV {
     torch::Tensor q, k, v;  // q [B, heads, T, D] and k [B, kv_heads, T, D] after RoPE; v [B, kv_heads, T, D]
   };
   QKV project(const torch::Tensor& x, const RopeTables& rope);
+  torch::Tensor project_out(const torch::Tensor& x);  // o_proj
 
   int64_t heads_, kv_heads_, head_dim_;
 };
@@ -68,6 +70,7 @@ class MLPImpl : public torch::nn::Module {
   // keep_product: save silu(gate) * up for backward (plain composition) instead of recomputing it there.
   torch::Tensor forward(const torch::Tensor& x, bool keep_product = false);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  bool fp8_matmuls = false;  // the projections through models/fp8_linear.h (gate/up as one group)
 };
 TORCH_MODULE(MLP);
 
@@ -77,6 +80,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx);
   // The same over the tokens after `cache`'s (AttentionImpl::forward_cached).
   torch::Tensor forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache, size_t layer);
+
+  void set_fp8_matmuls(bool on) {
+    self_attn->fp8_matmuls = on;
+    mlp->fp8_matmuls = on;
+  }
 
   Attention self_attn{nullptr};
   MLP mlp{nullptr};

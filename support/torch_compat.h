@@ -468,6 +468,44 @@ inline at::Tensor varlen_flash_attention(const at::Tensor& q, const at::Tensor& 
 #endif
 }
 
+// ---- FP8 matmuls ------------------------------------------------------------------------------------------------
+// at::_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum): a row-major, b column-major,
+// float8 operands (not both e5m2), float32 scales (one element each: tensor-wise), sm89+. 2.5 made the scales
+// required and the result a single tensor (2.1 to 2.4 returned (out, amax) and took optional scales); enginery
+// uses it from 2.5 on, the signature kept through 2.11. 1.13 has no float8 types at all.
+#if ENGINERY_TORCH_AT_LEAST(2, 5)
+constexpr bool kHasScaledMm = true;
+inline c10::ScalarType float8_e4m3() { return c10::ScalarType::Float8_e4m3fn; }
+inline c10::ScalarType float8_e5m2() { return c10::ScalarType::Float8_e5m2; }
+inline at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                            const at::Tensor& scale_b, c10::ScalarType out_dtype, bool fast_accum) {
+  return at::_scaled_mm(a, b, scale_a, scale_b, std::nullopt, std::nullopt, out_dtype, fast_accum);
+}
+#else
+constexpr bool kHasScaledMm = false;
+inline c10::ScalarType float8_e4m3() { TORCH_CHECK(false, "float8 needs LibTorch 2.5+ (compat::kHasScaledMm)"); }
+inline c10::ScalarType float8_e5m2() { TORCH_CHECK(false, "float8 needs LibTorch 2.5+ (compat::kHasScaledMm)"); }
+inline at::Tensor scaled_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            c10::ScalarType, bool) {
+  TORCH_CHECK(false, "scaled_mm needs LibTorch 2.5+ (compat::kHasScaledMm)");
+}
+#endif
+
+// Whether `device` runs FP8 GEMMs: a CUDA device of compute capability 8.9 or later (Ada, Hopper and newer).
+inline bool fp8_gemm_device(const torch::Device& device) {
+#ifdef ENGINERY_WITH_CUDA
+  if (!device.is_cuda() || !torch::cuda::is_available()) return false;
+  const int index = device.has_index() ? device.index() : 0;
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index);
+  return major > 8 || (major == 8 && minor >= 9);
+#else
+  (void)device;
+  return false;
+#endif
+}
+
 // ---- fused kernels ---------------------------------------------------------------------------------------------
 // at::rms_norm exists from 2.4 (a composite of ATen ops); 2.8+ routes CUDA to a fused kernel (aten::_fused_rms_norm
 // and its backward; measured in 2.11 on an H200: 0.13 ms forward+backward for [8192 x 1536] bf16 against 0.63 ms

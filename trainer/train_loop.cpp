@@ -149,8 +149,11 @@ int64_t resume(const TrainConfig& config, BaseEngine& engine, const std::string&
                         out_dir, "the seed and batch size it was saved with");
   }
   const std::string dir = checkpoint_dir(out_dir, state->global_step);
-  guard_collective("engine load_checkpoint of " + dir, rank,
-                   [&] { engine.load_checkpoint(engine_checkpoint_dir(dir)); });
+  // Loading writes every part of the state: in train mode, which brings it all (offload_outside_modes).
+  guard_collective("engine load_checkpoint of " + dir, rank, [&] {
+    auto mode = engine.train_mode();
+    engine.load_checkpoint(engine_checkpoint_dir(dir));
+  });
   const int64_t start = state->global_step;
   if (lead) {
     std::cout << "resumed from " << checkpoint_dir(out_dir, start) << " (epoch " << state->epoch << ", step "
@@ -270,8 +273,10 @@ void TrainingLoop::train_step(int64_t step) {
     }
   }
   const std::string at_step = " at step " + std::to_string(step);
-  BatchOutput out = guard_collective("engine train_batch" + at_step, rank_,
-                                     [&] { return engine_.train_batch(batch, inputs_.loss_fn); });
+  BatchOutput out = guard_collective("engine train_batch" + at_step, rank_, [&] {
+    auto mode = engine_.train_mode();
+    return engine_.train_batch(batch, inputs_.loss_fn);
+  });
   const double local_loss = out.loss.defined() ? out.loss.item<double>() : 0.0;
   const auto sums = all_reduce(group_,
                                {local_loss, batch.at("attention_mask").sum().item<double>(),
@@ -351,6 +356,7 @@ void TrainingLoop::save_checkpoint(int64_t step) {
   if (lead_) begin_checkpoint(out_dir_, step);
   barrier(group_, device_, "barrier before the checkpoint" + at_step);
   guard_collective("engine save_checkpoint" + at_step, rank_, [&] {
+    auto mode = engine_.train_mode();  // a checkpoint reads every part of the state
     engine_.save_checkpoint(engine_checkpoint_dir(temp_checkpoint_dir(out_dir_, step)), step, 0);
   });
   barrier(group_, device_, "barrier after the checkpoint" + at_step);  // every rank's engine save returned

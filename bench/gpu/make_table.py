@@ -42,7 +42,7 @@ def goals(rows, compiled):
             continue
         speed = r["tokens_per_s"] / base["tokens_per_s"]
         mem = r["peak_mem_gib"] / base["peak_mem_gib"]
-        line = (f"- {r['shape']} AC {'on' if r['ac'] else 'off'}: {speed:.2f}x tokens/s (goal 1.3x: "
+        line = (f"- {r['shape']} AC {'on' if r['ac'] else 'off'}, {r['impl']}: {speed:.2f}x tokens/s (goal 1.3x: "
                 f"{'met' if speed >= 1.3 else 'not met'}), {mem:.2f}x memory (goal <= 0.8x: "
                 f"{'met' if mem <= 0.8 else 'not met'})")
         if r["shape"] == "1.5B" and not r["ac"]:

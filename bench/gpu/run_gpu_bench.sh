@@ -18,6 +18,7 @@
 #   "" skips it; "math" is slow and memory-hungry).
 # BENCH_PROFILE=1: the engine also profiles one more step per run (kineto) and profile_summary.py summarises it.
 # BENCH_REFERENCE=0: engine only (a quick iteration). BENCH_COMPILED=0: no compiled reference.
+# BENCH_FP8=1: two more engine rows per shape, AC off and on, with engine.fsdp2.fp8 = "tensorwise" (issue 20).
 set -eo pipefail
 out=${1:-bench/results}; shift || true
 shapes=${*:-1.5B 3B 0.5B}
@@ -61,8 +62,8 @@ references() {  # shape dir
   fi
 }
 
-engine() {  # shape dir ac-flag sdpa-backend ("" = the default choice)
-  local shape=$1 dir=$2 ac=$3 sdpa=$4 tag=$1${3:+-ac}${4:+-$4} prof="" fpt
+engine() {  # shape dir ac-flag sdpa-backend ("" = the default choice) [fp8 recipe]
+  local shape=$1 dir=$2 ac=$3 sdpa=$4 fp8=${5:-} tag=$1${3:+-ac}${4:+-$4}${5:+-fp8} prof="" fpt
   [ -s "$out/.flops-$shape" ] || (cd bench/gpu && python3 -c \
     "from reference_fsdp2 import SHAPES, model_flops_per_token as f; print(f(SHAPES['$shape'], 4096))") > "$out/.flops-$shape"
   fpt=$(cat "$out/.flops-$shape")
@@ -70,7 +71,7 @@ engine() {  # shape dir ac-flag sdpa-backend ("" = the default choice)
   rm -f "$out/results.jsonl.$tag"
   capped ${BENCH_ENGINE_TIMEOUT:-240} env ENGINERY_SDPA_BACKEND=${sdpa:-auto} build-gpu/bin/bench_engine_train --model $dir \
     --tokens $dir/tokens.bin --plugin-dir build-gpu/plugins --device cuda --backend fsdp2 --seq 4096 --mbs 2 \
-    --steps $steps --warmup $warmup $ac $prof --flops-per-token "$fpt" --out "$out/results.jsonl.$tag" \
+    --steps $steps --warmup $warmup $ac $prof ${fp8:+--fp8 $fp8} --flops-per-token "$fpt" --out "$out/results.jsonl.$tag" \
     > "$out/engine-$tag.log" 2>&1 || echo "engine run failed or cut: $tag (see engine-$tag.log)"
   if [ -f "$out/results.jsonl.$tag" ]; then
     sed "s/^{/{\"shape\":\"$shape\",${sdpa:+\"sdpa\":\"$sdpa\",}/" "$out/results.jsonl.$tag" >> "$out/results.jsonl"
@@ -112,6 +113,7 @@ for shape in $shapes; do
   dir=/tmp/bench-$shape
   references $shape $dir; table
   engine $shape $dir "" ""; engine $shape $dir --ac ""; table
+  if [ "${BENCH_FP8:-0}" = 1 ]; then engine $shape $dir "" "" tensorwise; engine $shape $dir --ac "" tensorwise; table; fi
   if [ "$shape" = 1.5B ]; then
     for backend in $sweep; do engine 1.5B $dir "" $backend; done; table
   fi

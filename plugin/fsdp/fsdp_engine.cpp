@@ -1,6 +1,7 @@
 #include "plugin/fsdp/fsdp_engine.h"
 
 #include "host_api/error.h"
+#include "host_api/mode_offload.h"
 #include "host_api/precision.h"
 #include "models/model_factory.h"
 #include "support/torch_compat.h"
@@ -27,7 +28,9 @@ FSDPEngine::FSDPEngine(EngineArgs args, ModelBuilder model_builder)
       model_builder_(std::move(model_builder)),
       device_(resolve_device(args_)),
       layout_(layout_for_backend(args_.engine.strategy)),
-      host_optimizer_step_(host_step_wanted(args_.engine)) {}
+      host_optimizer_step_(host_step_wanted(args_.engine)),
+      offload_outside_modes_(offloads_outside_modes(args_.engine)),
+      fp8_(fp8_wanted(args_, device_)) {}
 
 ConfigSupport FSDPEngine::config_support(const std::string& device) {
   ConfigSupport s;
@@ -50,7 +53,9 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   // where that is where the state lives already: the same staging code runs there with plain copies.
   s.param_offload = true;
   s.optimizer_offload = true;
-  s.backend_options = {"offload_step"};  // [engine.<backend>] offload_step = "device" | "host"
+  // [engine.<backend>] offload_step = "device" | "host"; offload_outside_modes = true | false (mode_offload.h);
+  // fp8 = "off" | "tensorwise" (fsdp_engine_fp8.cpp).
+  s.backend_options = {"offload_step", kOffloadOutsideModes, "fp8"};
   s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
   s.checkpoint_content_subsets = true;
   return s;
@@ -63,12 +68,15 @@ void FSDPEngine::initialize() {
   torch::manual_seed(static_cast<uint64_t>(args_.engine.seed));
   model_ = build_model();
   if (!model_) throw EngineryError("build_model() returned no model", where(args_, "model.path"));
+  if (fp8_) model_->set_fp8_matmuls(true);
   shard_model();
   check_precision_supported();
   build_optimizer();
   place_offloaded_state();
   build_lr_scheduler();
   set_training(is_training());
+  // Outside the mode contexts the state lives on the host; the first train_mode()/eval_mode() brings it back.
+  if (offload_outside_modes_) move_state(torch::kCPU, /*model=*/true, /*optimizer=*/true, /*grad=*/true);
 }
 
 std::shared_ptr<models::DecoderModel> FSDPEngine::build_model() {

@@ -66,6 +66,13 @@ void FSDPEngine::move_state(const torch::Device& device, bool model, bool optimi
   model = model && !args_.engine.param_offload;
   grad = grad && !args_.engine.param_offload;
   optimizer = optimizer && !args_.engine.optimizer_offload;
+  // A part already where it is asked to go stays put (the mode guards ask for what a mode needs, whether or not
+  // it is away). A CPU engine copies anyway: both places are "cpu" there, and the copy is what its tests exercise.
+  if (device_.is_cuda()) {
+    model = model && model_away_ != away;
+    optimizer = optimizer && optimizer_away_ != away;
+    grad = grad && grad_away_ != away;
+  }
   fsdp_->drop_prefetched();
   std::vector<torch::Tensor*> tensors;
   for (auto& u : fsdp_->units()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "host_api/error.h"
+#include "host_api/mode_offload.h"
 #include "host_api/precision.h"
 #include "models/causal_lm.h"
 #include "models/model_args.h"
@@ -62,7 +63,8 @@ ConfigSupport VeOmniEngine::config_support(const std::string& device) {
   s.scaler_modes = {ScalerMode::kAuto, ScalerMode::kNever};
   s.hsdp = false;
   s.keep_params_after_forward = false;
-  s.backend_options = {"enable_full_shard", "mixed_precision", "offload_step"};  // the last is FSDPEngine's
+  // The last three are FSDPEngine's.
+  s.backend_options = {"enable_full_shard", "mixed_precision", "offload_step", kOffloadOutsideModes, "fp8"};
   return s;
 }
 

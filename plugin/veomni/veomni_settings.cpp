@@ -1,6 +1,7 @@
 #include "plugin/veomni/veomni_settings.h"
 
 #include "host_api/error.h"
+#include "host_api/mode_offload.h"
 
 namespace enginery {
 namespace veomni {
@@ -21,11 +22,12 @@ VeOmniSettings parse_settings(const EngineConfig& engine) {
       s.enable_full_shard = parse_bool(key, value);
     } else if (key == "mixed_precision") {
       s.mixed_precision = parse_bool(key, value);
-    } else if (key == "offload_step") {
-      // FSDPEngine's (where the offloaded optimizer step runs); it reads and checks it.
+    } else if (key == "offload_step" || key == kOffloadOutsideModes || key == "fp8") {
+      // FSDPEngine's (where the offloaded optimizer step runs; state on the host outside the mode contexts; FP8
+      // matmuls): it reads and checks them.
     } else {
       throw EngineryError("unknown option '" + key + "'", "engine.veomni." + key,
-                          "enable_full_shard, mixed_precision, offload_step");
+                          "enable_full_shard, mixed_precision, offload_step, offload_outside_modes, fp8");
     }
   }
   return s;

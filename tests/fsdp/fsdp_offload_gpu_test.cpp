@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include "host_api/error.h"
+#include "host_api/mode_offload.h"
 #include "tests/fsdp/fsdp_test_util.h"
 
 namespace enginery {
@@ -37,10 +39,11 @@ EngineArgs cuda_args(const std::string& strategy) {
 }
 
 std::unique_ptr<fsdp::FSDPEngine> make_engine(const std::string& strategy, bool param_offload = false,
-                                              bool optimizer_offload = false) {
+                                              bool optimizer_offload = false, bool outside_modes = false) {
   auto args = cuda_args(strategy);
   args.engine.param_offload = param_offload;
   args.engine.optimizer_offload = optimizer_offload;
+  if (outside_modes) args.engine.backend_options[kOffloadOutsideModes] = "true";
   const char* model = std::getenv("ENGINERY_OFFLOAD_MODEL");
   std::unique_ptr<fsdp::FSDPEngine> engine;
   if (model != nullptr && *model != '\0') {
@@ -145,6 +148,61 @@ TEST_P(GpuOffloadTest, OptimizerAloneAwayAllowsInferenceButNoStep) {
   }
   engine->to(torch::kCUDA);
   EXPECT_NO_THROW(engine->train_batch(batch, sft_loss));
+}
+
+// [engine.<backend>] offload_outside_modes: outside the mode guards the GPU holds none of the state; train_mode()
+// brings all of it, eval_mode() the master shards only, and the steps are bitwise those of an engine that stays
+// (run first and freed, so that its memory is not counted).
+TEST_P(GpuOffloadTest, OutsideModesTheGpuHoldsNoState) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device or no NCCL in this build";
+  std::vector<BatchOutput> want;
+  std::map<std::string, torch::Tensor> want_params;
+  {
+    auto stayed = make_engine(GetParam());
+    for (int step = 0; step < 2; ++step) want.push_back(stayed->train_batch(gpu_batch(40 + step), sft_loss));
+    for (const auto& [name, t] : engine_params(*stayed)) want_params[name] = t.cpu();
+  }
+  torch::cuda::synchronize();
+  compat::cuda_empty_cache();
+  const int64_t empty = compat::cuda_allocated_bytes(0);
+  auto moving = make_engine(GetParam(), false, false, /*outside_modes=*/true);
+  const int64_t after_init = compat::cuda_allocated_bytes(0) - empty;
+  int64_t shard_bytes = 0;
+  for (auto& u : moving->fsdp_module()->units()) shard_bytes += u.shard().numel() * 4;
+  int64_t in_train = 0, in_eval = 0;
+  double train_s = 0, eval_s = 0;
+  for (int step = 0; step < 2; ++step) {
+    BatchOutput got;
+    train_s += seconds_of([&] {
+      auto mode = moving->train_mode();
+      got = moving->train_batch(gpu_batch(40 + step), sft_loss);
+      torch::cuda::synchronize();
+      in_train = compat::cuda_allocated_bytes(0) - empty;
+    });
+    EXPECT_EQ(got.loss.item<double>(), want[step].loss.item<double>()) << "step " << step;
+    EXPECT_EQ(got.grad_norm.item<double>(), want[step].grad_norm.item<double>()) << "step " << step;
+    EXPECT_TRUE(moving->offloaded()) << "the state stayed on the GPU after train_mode()";
+    eval_s += seconds_of([&] {
+      auto mode = moving->eval_mode();
+      torch::cuda::synchronize();
+      in_eval = compat::cuda_allocated_bytes(0) - empty;
+    });
+  }
+  torch::cuda::synchronize();
+  const int64_t outside = compat::cuda_allocated_bytes(0) - empty;
+  const int64_t state = state_bytes(*moving);
+  // What stays allocated outside the modes is what no part holds (buffers, the rotary tables): far below the state.
+  EXPECT_LT(after_init, state / 10) << "initialize() left the state on the GPU";
+  EXPECT_LT(outside, state / 10) << "the state came back to the GPU outside the modes";
+  EXPECT_GE(in_train - outside, state * 9 / 10) << "train_mode() did not bring the whole state";
+  EXPECT_GE(in_eval - outside, shard_bytes * 9 / 10) << "eval_mode() did not bring the master shards";
+  EXPECT_LT(in_eval - outside, state / 2) << "eval_mode() brought the optimizer state too";
+  auto mode = moving->eval_mode();
+  for (const auto& [name, t] : engine_params(*moving)) EXPECT_TRUE(torch::equal(t.cpu(), want_params.at(name))) << name;
+  std::cout << "offload_outside_modes " << GetParam() << ": state " << state / 1e9 << " GB; GPU allocated outside "
+            << outside / 1e9 << " GB, in eval_mode " << in_eval / 1e9 << " GB, in train_mode (after a step) "
+            << in_train / 1e9 << " GB; a train_mode round trip with its step " << train_s / 2
+            << " s, an empty eval_mode round trip " << eval_s / 2 << " s\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, GpuOffloadTest, ::testing::Values("fsdp", "fsdp2"));

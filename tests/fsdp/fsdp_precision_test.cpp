@@ -5,6 +5,7 @@
 
 #include "host_api/error.h"
 #include "host_api/precision.h"
+#include "support/torch_compat.h"
 #include "tests/fsdp/fsdp_test_util.h"
 
 namespace enginery {
@@ -163,6 +164,28 @@ TEST(PrecisionDefaults, BaseConstructorSetsBf16AndNoScaler) {
   fsdp::FSDPEngine engine(make_args("fsdp", "fp16"), tiny_builder(tiny()));
   EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
   EXPECT_EQ(engine.grad_scaler(), nullptr);
+}
+
+// [engine.<backend>] fp8: refused by name, before any work, wherever FP8 GEMMs cannot run (this CPU engine; on
+// LibTorch 1.13 for want of _scaled_mm), and an unknown value lists the allowed ones. "off" is the default.
+TEST(PrecisionFp8, RefusedByNameWhereItCannotRun) {
+  auto message = [](const std::string& value, const std::string& dtype) {
+    auto args = make_args("fsdp2", dtype);
+    args.engine.backend_options["fp8"] = value;
+    try {
+      fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
+    } catch (const EngineryError& e) {
+      EXPECT_EQ(e.where(), "engine.fsdp2.fp8");
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message("off", "bf16"), "");
+  EXPECT_NE(message("rowwise", "bf16").find("(allowed: off, tensorwise)"), std::string::npos);
+  const std::string cpu = message("tensorwise", "bf16");
+  const std::string why = compat::kHasScaledMm ? "compute capability 8.9 or later; this engine runs on cpu"
+                                               : "LibTorch 2.5 or later";
+  EXPECT_NE(cpu.find(why), std::string::npos) << cpu;
 }
 
 }  // namespace

@@ -79,26 +79,31 @@ class GrpoEndToEnd : public ::testing::Test {
 
 // Sampling seeds come from data.seed, the rank and the step, and every reduction is fixed, so two runs of the same
 // config write the same metrics. From random weights the rewards are all 0; entropy_coeff keeps the update non-zero
-// so the second and third steps depend on the first one's update.
+// so the second and third steps depend on the first one's update. A third run keeps the engine's state on the host
+// outside the mode contexts (engine.fsdp.offload_outside_modes: on CPU every move is a copy into fresh storage) and
+// must write the same metrics too.
 TEST_F(GrpoEndToEnd, TwoRankRunIsDeterministicFromItsSeed) {
   std::vector<std::vector<nlohmann::json>> runs;
-  for (const char* name : {"a", "b"}) {
+  for (const char* name : {"a", "b", "offloaded"}) {
     const fs::path out = dir_ / name;
+    const std::string offload = name == std::string("offloaded") ? " --set engine.fsdp.offload_outside_modes=true" : "";
     CommandResult r = run_train(grpo(out, "builtin:qwen2-tiny", 3) +
-                                " --set actor_rollout_ref.actor.entropy_coeff=0.01");
+                                " --set actor_rollout_ref.actor.entropy_coeff=0.01" + offload);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("[rank 0] step 3/3 | score"), std::string::npos) << r.output;
     runs.push_back(step_lines(out));
   }
-  ASSERT_EQ(runs[0].size(), 3u);
-  ASSERT_EQ(runs[1].size(), 3u);
+  for (const auto& run : runs) ASSERT_EQ(run.size(), 3u);
   for (const char* key : {"critic/score/mean", "critic/advantages/mean", "response_length/mean", "actor/pg_clipfrac",
                           "actor/ppo_kl", "actor/entropy", "actor/kl_loss", "actor/grad_norm", "actor/lr",
                           "timing_s/gen", "timing_s/update_actor", "timing_s/old_log_prob", "timing_s/ref"}) {
     EXPECT_TRUE(runs[0][0].contains(key)) << key << " missing from " << runs[0][0];
   }
   EXPECT_GT(runs[0][0]["actor/grad_norm"].get<double>(), 0.0);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(without_timing(runs[0][i]), without_timing(runs[1][i])) << "step " << i + 1;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(without_timing(runs[0][i]), without_timing(runs[1][i])) << "step " << i + 1;
+    EXPECT_EQ(without_timing(runs[0][i]), without_timing(runs[2][i])) << "offloaded, step " << i + 1;
+  }
 }
 
 // A short SFT warm-up on 1-digit addition leaves the policy right on some answer tokens; GRPO's reward (the

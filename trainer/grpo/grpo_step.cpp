@@ -57,8 +57,12 @@ GrpoStep::GrpoStep(const TrainConfig& config, BaseEngine& engine, CommGroupPtr g
 GrpoStep::Rollout GrpoStep::sample(int64_t step, const std::vector<Example>& examples,
                                    std::map<std::string, double>& timing) {
   auto t = Clock::now();
-  guard_collective("grpo: the actor's weight stream at step " + std::to_string(step), rank_,
-                   [&] { rollout_.load_from(engine_); });
+  // verl's colocated order: the weights leave in eval mode, then (offload_outside_modes) the state waits on the
+  // host while the sampler generates.
+  guard_collective("grpo: the actor's weight stream at step " + std::to_string(step), rank_, [&] {
+    auto mode = engine_.eval_mode();
+    rollout_.load_from(engine_);
+  });
   timing["timing_s/update_weights"] = seconds_since(t);
 
   t = Clock::now();
@@ -115,6 +119,7 @@ std::map<std::string, double> GrpoStep::update(const Batch& batch, const std::st
   std::map<std::string, double> sums;
   double lr = 0.0;
   int64_t updates = 0;
+  auto mode = engine_.train_mode();
   for (int64_t epoch = 0; epoch < config_.actor.ppo_epochs; ++epoch) {
     for (const Batch& mini : batch.split(rows)) {
       const BatchOutput out = guard_collective("grpo: engine train_batch" + at_step, rank_,

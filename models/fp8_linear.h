@@ -1,0 +1,32 @@
+#pragma once
+// FP8 matmuls for training (`[engine.<backend>] fp8 = "tensorwise"`; docs/ARCHITECTURE.md, "FP8 matmuls").
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace enginery {
+namespace models {
+
+// y_i = x @ w_i^T + b_i for linears that share their input (q/k/v, gate/up): x is quantized to float8 e4m3 once,
+// each weight too, with one scale per tensor (amax maps to the format's largest value), and each GEMM runs in FP8
+// with fp32 accumulation, its output in the autocast dtype (else x's). Backward quantizes each output gradient to
+// e5m2 and computes both the input and the weight gradients with FP8 GEMMs. Saves x in FP8 (one byte per element,
+// shared by the group) and the weights by reference, as aten's linear does. The master weights, the optimizer and
+// everything outside these GEMMs keep their dtypes. Where fp8_linears_apply is false (a CPU tensor, a LibTorch
+// without _scaled_mm, a dimension not a multiple of 16) the layers run as they are.
+bool fp8_linears_apply(const torch::Tensor& x, const std::vector<torch::nn::Linear>& layers);
+std::vector<torch::Tensor> fp8_linears(const torch::Tensor& x, const std::vector<torch::nn::Linear>& layers);
+
+// The tensor-wise quantization of a matrix x [R, C]: data * inv_scale approximates x. A GEMM operand is needed in
+// one of two layouts (row-major, or column-major = the transpose stored row-major), so both can be produced from
+// the one pass over x (enginery's CUDA kernel; the ATen composition elsewhere). Exposed for the tests.
+struct Fp8Tensor {
+  torch::Tensor data;       // float8 (e4m3 or e5m2) [R, C], when asked for
+  torch::Tensor data_t;     // the same values transposed, [C, R] contiguous, when asked for
+  torch::Tensor inv_scale;  // float32, one element
+};
+Fp8Tensor quantize_tensorwise(const torch::Tensor& x, c10::ScalarType float8_type, bool row_major = true,
+                              bool transposed = false);
+
+}  // namespace models
+}  // namespace enginery

@@ -1,0 +1,209 @@
+// [engine.<backend>] offload_outside_modes (docs/ARCHITECTURE.md, "Offload outside the modes"): BaseEngine's mode
+// guards bring what a mode needs and send it back at the guard's end. First the guards' bookkeeping against an
+// engine that records every move (it claims a CUDA device, so "bring" and "send back" differ; nothing is
+// allocated), then the fsdp and fsdp2 engines on 2 Gloo ranks: with the option each outermost guard copies the
+// state into fresh storage (a move on a CPU engine), nested guards copy nothing, and the numbers are bitwise those
+// of an engine without it. The GPU side (memory freed outside the modes) is fsdp_offload_gpu_test.cpp.
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include "host_api/error.h"
+#include "host_api/mode_offload.h"
+#include "tests/fsdp/fsdp_test_util.h"
+#include "tests/support/multirank.h"
+
+namespace enginery {
+namespace fsdp_test {
+namespace {
+
+struct Move {
+  std::string device;
+  bool model, optimizer, grad;
+  bool operator==(const Move& o) const {
+    return device == o.device && model == o.model && optimizer == o.optimizer && grad == o.grad;
+  }
+};
+std::ostream& operator<<(std::ostream& os, const Move& m) {
+  return os << m.device << "(" << m.model << m.optimizer << m.grad << ")";
+}
+
+class RecordingEngine : public BaseEngine, public OffloadableEngine {
+ public:
+  explicit RecordingEngine(const std::string& option) {
+    args_.engine.strategy = "recording";
+    if (!option.empty()) args_.engine.backend_options[kOffloadOutsideModes] = option;
+  }
+  void move_state(const torch::Device& device, bool model, bool optimizer, bool grad) override {
+    if (fail_next_) {
+      fail_next_ = false;
+      throw EngineryError("the copy failed", "RecordingEngine");
+    }
+    moves.push_back({device.str(), model, optimizer, grad});
+  }
+  void fail_next_move() { fail_next_ = true; }
+  std::vector<Move> moves;
+
+  void initialize() override {}
+  void optimizer_zero_grad() override {}
+  torch::Tensor optimizer_step() override { return torch::zeros({}); }
+  double lr_scheduler_step() override { return 0.0; }
+  void get_per_tensor_param(const std::function<void(const std::string&, const torch::Tensor&)>&) override {}
+  void save_checkpoint(const std::string&, int64_t, int64_t) override {}
+  void load_checkpoint(const std::string&) override {}
+  int64_t get_data_parallel_rank() const override { return 0; }
+  int64_t get_data_parallel_size() const override { return 1; }
+  CommGroupPtr get_data_parallel_group() const override { return {}; }
+  torch::Device device() const override { return torch::Device(torch::kCUDA, 0); }
+  const EngineArgs& args() const override { return args_; }
+
+ protected:
+  MicroBatchResult forward_step(const Batch&, const LossFn&, const LossContext&, bool) override { return {}; }
+
+ private:
+  EngineArgs args_;
+  bool fail_next_ = false;
+};
+
+const Move kBringAll{"cuda:0", true, true, true}, kSendAll{"cpu", true, true, true};
+const Move kBringModel{"cuda:0", true, false, false}, kSendModel{"cpu", true, false, false};
+
+TEST(ModeOffload, OutermostGuardBringsWhatItsModeNeedsAndSendsBackWhatItBrought) {
+  RecordingEngine engine("true");
+  {
+    auto train = engine.train_mode();
+    EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll}));
+    {
+      auto eval = engine.eval_mode();  // nested: the model is there already
+      EXPECT_FALSE(engine.is_training());
+    }
+    EXPECT_TRUE(engine.is_training());
+    EXPECT_EQ(engine.moves.size(), 1u) << "a nested guard moved something";
+  }
+  EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll, kSendAll}));
+  engine.moves.clear();
+  {
+    auto eval = engine.eval_mode();
+    { auto train = engine.train_mode(); }  // nested: moves nothing, although the optimizer is away
+  }
+  EXPECT_EQ(engine.moves, (std::vector<Move>{kBringModel, kSendModel}));
+  engine.moves.clear();
+  {
+    // A guard moved elsewhere (the Python binding keeps one in a std::optional) sends back once, at its new end.
+    std::optional<BaseEngine::ModeGuard> held;
+    held.emplace(engine.train_mode());
+    EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll}));
+    held.reset();
+  }
+  EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll, kSendAll}));
+}
+
+TEST(ModeOffload, OffByDefaultAndFalseMoveNothing) {
+  for (const std::string option : {"", "false"}) {
+    RecordingEngine engine(option);
+    { auto train = engine.train_mode(); }
+    { auto eval = engine.eval_mode(); }
+    EXPECT_TRUE(engine.moves.empty()) << "option '" << option << "'";
+  }
+}
+
+TEST(ModeOffload, AValueOtherThanABooleanIsRefusedByName) {
+  RecordingEngine engine("yes");
+  try {
+    auto train = engine.train_mode();
+    ADD_FAILURE() << "'yes' was accepted";
+  } catch (const EngineryError& e) {
+    EXPECT_EQ(e.where(), "engine.recording.offload_outside_modes");
+    EXPECT_EQ(e.allowed(), "true, false");
+  }
+  EXPECT_TRUE(engine.moves.empty());
+}
+
+// A failed bring leaves no guard open (the next guard is outermost again); a failed send-back cannot throw from a
+// destructor: the state stays on the device and the next guard's end sends it.
+TEST(ModeOffload, FailedMovesLeaveTheBookkeepingRight) {
+  RecordingEngine engine("true");
+  engine.fail_next_move();
+  EXPECT_THROW(engine.train_mode(), EngineryError);
+  { auto train = engine.train_mode(); }
+  EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll, kSendAll}));
+  engine.moves.clear();
+  {
+    auto eval = engine.eval_mode();
+    engine.fail_next_move();
+  }
+  EXPECT_EQ(engine.moves, (std::vector<Move>{kBringModel}));
+  { auto eval = engine.eval_mode(); }
+  EXPECT_EQ(engine.moves, (std::vector<Move>{kBringModel, kBringModel, kSendModel}));
+}
+
+// Where each moved tensor that has storage keeps it now (before the first step AdamW's moments and the shard
+// gradients may have none).
+std::vector<const void*> storage_of(fsdp::FSDPEngine& engine) {
+  std::vector<const void*> out;
+  auto add = [&](const torch::Tensor& t) {
+    if (t.defined() && t.numel() > 0) out.push_back(t.data_ptr());
+  };
+  for (auto& u : engine.fsdp_module()->units()) {
+    add(u.shard());
+    add(u.shard_grad_unsettled());
+  }
+  for (auto& t : engine.optimizer()->exp_avg()) add(t);
+  return out;
+}
+
+void bitwise_with_and_without(const std::string& strategy) {
+  testing::run_ranks(2, [strategy](const testing::RankContext& ctx) {
+    auto args = make_args(strategy, "bf16", ctx.rank, 2, ctx.group, ctx.store);
+    fsdp::FSDPEngine plain(args, tiny_builder(TinyConfig{}));
+    args.engine.backend_options[kOffloadOutsideModes] = "true";
+    fsdp::FSDPEngine moving(args, tiny_builder(TinyConfig{}));
+    plain.initialize();
+    moving.initialize();
+    auto batch = [&](uint64_t seed) { return rank_slice(make_batch(4, 8, 64, seed), ctx.rank, 2); };
+    for (uint64_t step = 1; step <= 2; ++step) {
+      const auto outside = storage_of(moving);
+      BatchOutput got, want;
+      {
+        auto mode = moving.train_mode();
+        const auto inside = storage_of(moving);
+        for (size_t i = 0; i < inside.size(); ++i) EXPECT_NE(inside[i], outside[i]) << "tensor " << i << " stayed";
+        {
+          auto nested = moving.eval_mode();
+          EXPECT_EQ(storage_of(moving), inside) << "a nested guard moved the state";
+        }
+        got = moving.train_batch(batch(step), sft_loss);
+      }
+      {
+        auto mode = plain.train_mode();
+        want = plain.train_batch(batch(step), sft_loss);
+      }
+      EXPECT_EQ(got.loss.item<double>(), want.loss.item<double>()) << "step " << step;
+      EXPECT_EQ(got.grad_norm.item<double>(), want.grad_norm.item<double>()) << "step " << step;
+      // infer_batch opens its own eval mode: the model comes and goes with it.
+      const auto lp_got = moving.infer_batch(batch(10 + step), sft_loss).outputs.at("log_probs");
+      const auto lp_want = plain.infer_batch(batch(10 + step), sft_loss).outputs.at("log_probs");
+      EXPECT_TRUE(torch::equal(lp_got, lp_want)) << "step " << step;
+    }
+    const auto a = engine_params(moving), b = engine_params(plain);
+    for (const auto& [name, t] : a) EXPECT_TRUE(torch::equal(t, b.at(name))) << name;
+  });
+}
+
+TEST(ModeOffload, FsdpStepsAreBitwiseThoseOfAnEngineWithoutIt) { bitwise_with_and_without("fsdp"); }
+TEST(ModeOffload, Fsdp2StepsAreBitwiseThoseOfAnEngineWithoutIt) { bitwise_with_and_without("fsdp2"); }
+
+TEST(ModeOffload, TheEngineRefusesABadValueAtConstruction) {
+  auto args = make_args("fsdp2", "fp32");
+  args.engine.backend_options[kOffloadOutsideModes] = "1";
+  try {
+    fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
+    ADD_FAILURE() << "'1' was accepted";
+  } catch (const EngineryError& e) {
+    EXPECT_EQ(e.where(), "engine.fsdp2.offload_outside_modes");
+  }
+}
+
+}  // namespace
+}  // namespace fsdp_test
+}  // namespace enginery
