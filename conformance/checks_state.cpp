@@ -1,6 +1,7 @@
 // State checks: save -> load restores parameters, optimizer, scheduler and scaler state exactly (the next step is
 // bit-identical, in the same engine and in a fresh one), to(cpu) -> to(device) leaves the engine as it was, and
-// get_per_tensor_param yields Hugging Face names, shapes and the values of the checkpoint the engine loaded.
+// the mode guards with offload_outside_modes change nothing but where the state waits, and get_per_tensor_param
+// yields Hugging Face names, shapes and the values of the checkpoint the engine loaded.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -12,6 +13,7 @@
 #include "conformance/hf_fixture.h"
 #include "conformance/target.h"
 #include "host_api/error.h"
+#include "host_api/mode_offload.h"
 
 namespace enginery {
 namespace conformance {
@@ -115,6 +117,31 @@ void check_offload(const Target& target) {
   expect_same_step(step(*moved, batch, loss), step(*stayed, batch, loss), "the step after a part-by-part round trip");
 }
 
+// [engine.<backend>] offload_outside_modes (host_api 2.3): outside the mode guards the state is on the host (on a
+// GPU target a bare step is refused), train_mode() brings it for a step, infer_batch's own eval mode for a forward,
+// and every step and log-prob equals an engine without the option.
+void check_offload_modes(const Target& target) {
+  EngineSpec spec;
+  spec.adjust = [](EngineArgs& args) { args.engine.backend_options[kOffloadOutsideModes] = "true"; };
+  auto moving = make_engine(target, spec);
+  auto stayed = make_engine(target, EngineSpec{});
+  const LossFn loss = token_mean_loss(target);
+  const Batch batch = make_batch(target);
+  if (!torch::Device(target.key.device).is_cpu()) {
+    EXPECT_THROW(moving->train_batch(batch, loss), EngineryError) << "a step outside the modes ran on the device";
+  }
+  for (const Batch& b : {batch, make_batch(target, 4, 16, 777)}) {
+    StepResult got;
+    {
+      auto mode = moving->train_mode();
+      got = step(*moving, b, loss);
+    }
+    expect_same_step(got, step(*stayed, b, loss), "a step in train_mode() with offload_outside_modes");
+    const BatchOutput inferred = moving->infer_batch(b, loss), want = stayed->infer_batch(b, loss);
+    EXPECT_EQ(inferred.loss.item<double>(), want.loss.item<double>()) << "infer_batch with offload_outside_modes";
+  }
+}
+
 void check_hf_names(const Target& target) {
   const HfFixture fixture = write_qwen2_fixture(fresh_scratch_path("hf-qwen2"));
   Target from_file = target;
@@ -166,6 +193,9 @@ void add_state_checks(std::vector<Check>& checks) {
   checks.push_back({"offload_roundtrip",
                     "to(cpu) -> to(device) leaves the engine exactly as it was: the next steps are identical",
                     requires_precisions({"fp32"}, {"offload"}), check_offload});
+  checks.push_back({"offload_outside_modes",
+                    "with engine.<backend>.offload_outside_modes the mode guards move the state; steps are identical",
+                    requires_precisions({"fp32"}, {"offload-modes"}), check_offload_modes});
   checks.push_back({"hf_parameter_names", "get_per_tensor_param yields the HF names, shapes and loaded values",
                     requires_precisions({"fp32"}), check_hf_names});
 }

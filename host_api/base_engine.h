@@ -94,7 +94,7 @@ class BaseEngine {
     friend class BaseEngine;
     BaseEngine* engine_;
     bool previous_training_;
-    uint8_t brought_ = 0;  // ModePart bits this guard brought to device(); in what was padding (2.3, same size)
+    uint8_t brought_ = 0;  // the parts this guard brought to device() (bits, base_engine.cpp); in what was padding
   };
   ModeGuard train_mode();
   ModeGuard eval_mode();

@@ -87,3 +87,23 @@ def test_to_round_trip_on_cpu_and_a_device_the_engine_lacks_is_named():
     assert got["grad_norm"] == want["grad_norm"]
     with pytest.raises(enginery.EngineryError, match="computes on cpu and cannot move its state to cuda"):
         moved.to("cuda")
+
+
+def test_offload_outside_modes_through_the_module_keeps_the_steps_and_refuses_a_bad_value():
+    """[engine.fsdp] offload_outside_modes reaches the C++ mode guards from a Python config: steps inside
+    train_mode() equal an engine without it (on CPU each move is a copy), and a value that is not a boolean is named
+    before any work."""
+    batch = common.parity_batch()
+    plain = engine_with({})
+    moving = engine_with({"engine.fsdp.offload_outside_modes": True})
+    plain.initialize()
+    moving.initialize()
+    for _ in range(2):
+        with moving.train_mode():
+            got = moving.train_batch(batch, common.sft_loss)
+        with plain.train_mode():
+            want = plain.train_batch(batch, common.sft_loss)
+        assert float(got["loss"]) == float(want["loss"])
+        assert got["grad_norm"] == want["grad_norm"]
+    with pytest.raises(enginery.EngineryError, match="engine.fsdp.offload_outside_modes"):
+        engine_with({"engine.fsdp.offload_outside_modes": "yes"})
