@@ -169,8 +169,8 @@ TEST(PrecisionDefaults, BaseConstructorSetsBf16AndNoScaler) {
 // [engine.<backend>] fp8: refused by name, before any work, wherever FP8 GEMMs cannot run (this CPU engine; on
 // LibTorch 1.13 for want of _scaled_mm), and an unknown value lists the allowed ones. "off" is the default.
 TEST(PrecisionFp8, RefusedByNameWhereItCannotRun) {
-  auto message = [](const std::string& value, const std::string& dtype) {
-    auto args = make_args("fsdp2", dtype);
+  auto message = [](const std::string& value) {
+    auto args = make_args("fsdp2", "bf16");
     args.engine.backend_options["fp8"] = value;
     try {
       fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
@@ -180,9 +180,9 @@ TEST(PrecisionFp8, RefusedByNameWhereItCannotRun) {
     }
     return std::string();
   };
-  EXPECT_EQ(message("off", "bf16"), "");
-  EXPECT_NE(message("rowwise", "bf16").find("(allowed: off, tensorwise)"), std::string::npos);
-  const std::string cpu = message("tensorwise", "bf16");
+  EXPECT_EQ(message("off"), "");
+  EXPECT_NE(message("rowwise").find("(allowed: off, tensorwise)"), std::string::npos);
+  const std::string cpu = message("tensorwise");
   const std::string why = compat::kHasScaledMm ? "compute capability 8.9 or later; this engine runs on cpu"
                                                : "LibTorch 2.5 or later";
   EXPECT_NE(cpu.find(why), std::string::npos) << cpu;
