@@ -28,10 +28,9 @@ std::ostream& operator<<(std::ostream& os, const Move& m) {
   return os << m.device << "(" << m.model << m.optimizer << m.grad << ")";
 }
 
-class RecordingEngine : public BaseEngine, public OffloadableEngine {
+class RecordingEngine : public StubEngine, public OffloadableEngine {
  public:
-  explicit RecordingEngine(const std::string& option) {
-    args_.engine.strategy = "recording";
+  explicit RecordingEngine(const std::string& option) : StubEngine("recording", torch::Device(torch::kCUDA, 0)) {
     if (!option.empty()) args_.engine.backend_options[kOffloadOutsideModes] = option;
   }
   void move_state(const torch::Device& device, bool model, bool optimizer, bool grad) override {
@@ -44,24 +43,7 @@ class RecordingEngine : public BaseEngine, public OffloadableEngine {
   void fail_next_move() { fail_next_ = true; }
   std::vector<Move> moves;
 
-  void initialize() override {}
-  void optimizer_zero_grad() override {}
-  torch::Tensor optimizer_step() override { return torch::zeros({}); }
-  double lr_scheduler_step() override { return 0.0; }
-  void get_per_tensor_param(const std::function<void(const std::string&, const torch::Tensor&)>&) override {}
-  void save_checkpoint(const std::string&, int64_t, int64_t) override {}
-  void load_checkpoint(const std::string&) override {}
-  int64_t get_data_parallel_rank() const override { return 0; }
-  int64_t get_data_parallel_size() const override { return 1; }
-  CommGroupPtr get_data_parallel_group() const override { return {}; }
-  torch::Device device() const override { return torch::Device(torch::kCUDA, 0); }
-  const EngineArgs& args() const override { return args_; }
-
- protected:
-  MicroBatchResult forward_step(const Batch&, const LossFn&, const LossContext&, bool) override { return {}; }
-
  private:
-  EngineArgs args_;
   bool fail_next_ = false;
 };
 

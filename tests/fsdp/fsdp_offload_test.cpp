@@ -127,32 +127,9 @@ TEST(FsdpOffload, CpuEngineRefusesCudaAndAnUninitializedEngineRefuses) {
   EXPECT_FALSE(engine.offloaded());
 }
 
-// An engine that does not implement OffloadableEngine: BaseEngine::to refuses it by name.
-class NoOffloadEngine : public BaseEngine {
- public:
-  NoOffloadEngine() { args_.engine.strategy = "plain"; }
-  void initialize() override {}
-  void optimizer_zero_grad() override {}
-  torch::Tensor optimizer_step() override { return torch::zeros({}); }
-  double lr_scheduler_step() override { return 0.0; }
-  void get_per_tensor_param(const std::function<void(const std::string&, const torch::Tensor&)>&) override {}
-  void save_checkpoint(const std::string&, int64_t, int64_t) override {}
-  void load_checkpoint(const std::string&) override {}
-  int64_t get_data_parallel_rank() const override { return 0; }
-  int64_t get_data_parallel_size() const override { return 1; }
-  CommGroupPtr get_data_parallel_group() const override { return {}; }
-  torch::Device device() const override { return torch::kCPU; }
-  const EngineArgs& args() const override { return args_; }
-
- protected:
-  MicroBatchResult forward_step(const Batch&, const LossFn&, const LossContext&, bool) override { return {}; }
-
- private:
-  EngineArgs args_;
-};
-
+// An engine that does not implement OffloadableEngine (StubEngine): BaseEngine::to refuses it by name.
 TEST(FsdpOffload, AnEngineWithoutOffloadRefusesByName) {
-  NoOffloadEngine engine;
+  StubEngine engine("plain");
   const std::string error = error_of([&] { engine.to(torch::kCPU); });
   EXPECT_NE(error.find("engine plain (language_model, cpu) does not implement to(cpu)"), std::string::npos) << error;
 }

@@ -122,6 +122,34 @@ class Reference {
   std::unique_ptr<torch::optim::AdamW> opt_;
 };
 
+// An engine that computes nothing: every step is a no-op, on device() (CPU unless a test says otherwise). For tests
+// of what BaseEngine itself does around an engine (to(), the mode guards).
+class StubEngine : public BaseEngine {
+ public:
+  explicit StubEngine(const std::string& strategy, torch::Device device = torch::kCPU) : device_(device) {
+    args_.engine.strategy = strategy;
+  }
+  void initialize() override {}
+  void optimizer_zero_grad() override {}
+  torch::Tensor optimizer_step() override { return torch::zeros({}); }
+  double lr_scheduler_step() override { return 0.0; }
+  void get_per_tensor_param(const std::function<void(const std::string&, const torch::Tensor&)>&) override {}
+  void save_checkpoint(const std::string&, int64_t, int64_t) override {}
+  void load_checkpoint(const std::string&) override {}
+  int64_t get_data_parallel_rank() const override { return 0; }
+  int64_t get_data_parallel_size() const override { return 1; }
+  CommGroupPtr get_data_parallel_group() const override { return {}; }
+  torch::Device device() const override { return device_; }
+  const EngineArgs& args() const override { return args_; }
+
+ protected:
+  MicroBatchResult forward_step(const Batch&, const LossFn&, const LossContext&, bool) override { return {}; }
+  EngineArgs args_;
+
+ private:
+  torch::Device device_;
+};
+
 inline std::map<std::string, torch::Tensor> engine_params(BaseEngine& engine) {
   std::map<std::string, torch::Tensor> out;
   engine.get_per_tensor_param([&](const std::string& name, const torch::Tensor& t) { out[name] = t.clone(); });
