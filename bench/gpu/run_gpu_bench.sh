@@ -18,7 +18,9 @@
 #   "" skips it; "math" is slow and memory-hungry).
 # BENCH_PROFILE=1: the engine also profiles one more step per run (kineto) and profile_summary.py summarises it.
 # BENCH_REFERENCE=0: engine only (a quick iteration). BENCH_COMPILED=0: no compiled reference.
-# BENCH_FP8=1: two more engine rows per shape, AC off and on, with engine.fsdp2.fp8 = "tensorwise" (issue 20).
+# BENCH_FP8=1: each engine row also with engine.fsdp2.fp8 = "tensorwise", right after it (issue 20).
+# BENCH_AC=off|on|both (default both): which activation-checkpointing settings the engine rows run (the references
+#   always run both).
 set -eo pipefail
 out=${1:-bench/results}; shift || true
 shapes=${*:-1.5B 3B 0.5B}
@@ -26,6 +28,12 @@ budget=${BENCH_BUDGET:-0}
 if [ "$budget" = 1 ]; then steps=${BENCH_STEPS:-5}; warmup=${BENCH_WARMUP:-2}; deadline=${BENCH_DEADLINE:-500}
 else steps=${BENCH_STEPS:-10}; warmup=${BENCH_WARMUP:-3}; deadline=${BENCH_DEADLINE:-0}; fi
 sweep=${BENCH_SWEEP-flash cudnn}
+case ${BENCH_AC:-both} in
+  off) engine_acs="none" ;;
+  on) engine_acs="--ac" ;;
+  both) engine_acs="none --ac" ;;
+  *) echo "BENCH_AC=${BENCH_AC}: off, on or both"; exit 1 ;;
+esac
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p "$out"
 start=$SECONDS
@@ -112,8 +120,12 @@ echo "build and inputs: $((SECONDS - start)) s"
 for shape in $shapes; do
   dir=/tmp/bench-$shape
   references $shape $dir; table
-  engine $shape $dir "" ""; engine $shape $dir --ac ""; table
-  if [ "${BENCH_FP8:-0}" = 1 ]; then engine $shape $dir "" "" tensorwise; engine $shape $dir --ac "" tensorwise; table; fi
+  for ac in $engine_acs; do
+    [ "$ac" = none ] && ac=""
+    engine $shape $dir "$ac" ""
+    if [ "${BENCH_FP8:-0}" = 1 ]; then engine $shape $dir "$ac" "" tensorwise; fi
+  done
+  table
   if [ "$shape" = 1.5B ]; then
     for backend in $sweep; do engine 1.5B $dir "" $backend; done; table
   fi
