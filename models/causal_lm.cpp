@@ -9,7 +9,11 @@ namespace enginery {
 namespace models {
 
 void DecoderModel::set_fp8_matmuls(bool on) {
-  if (on) throw EngineryError("this model has no FP8 matmuls (models/fp8_linear.h)", hf_model_type());
+  if (on) {
+    throw EngineryError("a " + hf_model_type() + " model built outside models::build_model has no FP8 matmuls " +
+                            "(models/fp8_linear.h); turn them off for it",
+                        "[engine.<backend>] fp8", "off");
+  }
 }
 
 void CausalLM::set_fp8_matmuls(bool on) {

@@ -11,6 +11,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "host_api/error.h"
+#include "host_api/mode_offload.h"
 #include "plugin/fsdp/fsdp_engine.h"
 #include "support/torch_compat.h"
 
@@ -102,8 +103,12 @@ void FSDPEngine::require_resident(const std::string& what, bool model, bool opti
   add(optimizer, optimizer_away_, "optimizer");
   add(grad, grad_away_, "grad");
   if (parts.empty()) return;
-  throw EngineryError(what + ": the engine is offloaded to cpu (" + parts + "); call to(" + device_.str() +
-                          ") first",
+  std::string remedy = "call to(" + device_.str() + ") first";
+  if (offload_outside_modes_) {
+    remedy += ", or call it inside train_mode() / eval_mode(): engine." + args_.engine.strategy + "." +
+              kOffloadOutsideModes + " keeps the state on the host outside them";
+  }
+  throw EngineryError(what + ": the engine is offloaded to cpu (" + parts + "); " + remedy,
                       "fsdp engine (" + args_.engine.strategy + "), rank " + std::to_string(args_.rank));
 }
 

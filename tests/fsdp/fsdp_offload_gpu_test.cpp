@@ -167,6 +167,13 @@ TEST_P(GpuOffloadTest, OutsideModesTheGpuHoldsNoState) {
   const int64_t empty = compat::cuda_allocated_bytes(0);
   auto moving = make_engine(GetParam(), false, false, /*outside_modes=*/true);
   const int64_t after_init = compat::cuda_allocated_bytes(0) - empty;
+  try {
+    moving->train_batch(gpu_batch(40), sft_loss);
+    ADD_FAILURE() << "a step outside the modes ran";
+  } catch (const EngineryError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("or call it inside train_mode() / eval_mode()"), std::string::npos) << message;
+  }
   int64_t shard_bytes = 0;
   for (auto& u : moving->fsdp_module()->units()) shard_bytes += u.shard().numel() * 4;
   int64_t in_train = 0, in_eval = 0;

@@ -90,9 +90,9 @@ def test_to_round_trip_on_cpu_and_a_device_the_engine_lacks_is_named():
 
 
 def test_offload_outside_modes_through_the_module_keeps_the_steps_and_refuses_a_bad_value():
-    """[engine.fsdp] offload_outside_modes reaches the C++ mode guards from a Python config: steps inside
-    train_mode() equal an engine without it (on CPU each move is a copy), and a value that is not a boolean is named
-    before any work."""
+    """[engine.fsdp] offload_outside_modes from a Python config: accepted and checked by the engine (a value that is
+    not a boolean is named before any work), and steps inside train_mode() equal an engine without it (on CPU each
+    move is a copy; which moves the guards make is checked in fsdp_mode_offload_test)."""
     batch = common.parity_batch()
     plain = engine_with({})
     moving = engine_with({"engine.fsdp.offload_outside_modes": True})
