@@ -442,15 +442,23 @@ constexpr bool kHasVarlenFlash = true;
 constexpr bool kHasVarlenFlash = false;
 #endif
 
+#ifdef ENGINERY_WITH_CUDA
+// Compute capability of CUDA device `index` as major * 10 + minor (sm80 = 80, sm89 = 89, sm90 = 90).
+inline int cuda_compute_capability(int index) {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index);
+  return major * 10 + minor;
+}
+#endif
+
 inline bool varlen_flash_applies(const at::Tensor& q) {
   if (!kHasVarlenFlash || !q.is_cuda()) return false;
   const auto dtype = q.scalar_type();
   const int64_t d = q.size(-1);
   if ((dtype != at::kBFloat16 && dtype != at::kHalf) || d % 8 != 0 || d > 256) return false;
 #ifdef ENGINERY_WITH_CUDA
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.get_device());
-  return major >= 8;
+  return cuda_compute_capability(q.get_device()) >= 80;
 #else
   return false;
 #endif
@@ -495,11 +503,7 @@ inline at::Tensor scaled_mm(const at::Tensor&, const at::Tensor&, const at::Tens
 inline bool fp8_gemm_device(const torch::Device& device) {
 #ifdef ENGINERY_WITH_CUDA
   if (!device.is_cuda() || !torch::cuda::is_available()) return false;
-  const int index = device.has_index() ? device.index() : 0;
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index);
-  return major > 8 || (major == 8 && minor >= 9);
+  return cuda_compute_capability(device.has_index() ? device.index() : 0) >= 89;
 #else
   (void)device;
   return false;
