@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", tokens_file, "int32 token file (nanoGPT .bin layout), as the reference reads")->required();
   app.add_option("--seq", seq);
   app.add_option("--flops-per-token", flops_per_token, "model FLOPs per token for MFU (the reference prints it)");
+  int64_t micro_batches = 1;
+  app.add_option("--micro-batches", micro_batches,
+                 "micro-batches per step (gradient accumulation): each step trains micro_batches x mbs rows");
   std::string profile;
   app.add_option("--profile", profile, "after the timed steps, profile one more step (CUDA builds: kineto) and "
                  "write its chrome trace here (bench/gpu/profile_summary.py reads it)");
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
 
   const bench::Rank me = bench::join_world(flags.device);
   const int64_t rank = me.env.rank, world = me.env.world_size, mbs = flags.mbs;
+  const int64_t rows = mbs * micro_batches;  // per rank and step; the engine splits them into micro-batches of mbs
   auto engine = bench::load_engine(flags, bench::engine_args(me, flags));
 
   // Same tokens as the reference: row r of step s is tokens[((s * world + rank) * mbs + r) * seq ...].
@@ -52,11 +56,11 @@ int main(int argc, char** argv) {
     return r;
   };
   const torch::Device torch_device = me.device;
-  // Step k of rank r reads its own mbs x seq window of the token file, as the reference script does.
+  // Step k of rank r reads its own rows x seq window of the token file, as the reference scripts do.
   auto batch_for_step = [&](int64_t step) {
-    const int64_t offset = (step * world + rank) * mbs * seq;
-    TORCH_CHECK(offset + mbs * seq <= all.numel(), "token file too short for step ", step);
-    auto ids = all.slice(0, offset, offset + mbs * seq).view({mbs, seq}).to(torch_device);
+    const int64_t offset = (step * world + rank) * rows * seq;
+    TORCH_CHECK(offset + rows * seq <= all.numel(), "token file too short for step ", step);
+    auto ids = all.slice(0, offset, offset + rows * seq).view({rows, seq}).to(torch_device);
     Batch batch;
     batch.set("input_ids", ids);
     batch.set("attention_mask", torch::ones_like(ids));
@@ -87,7 +91,7 @@ int main(int argc, char** argv) {
     std::cerr << "--profile: this build has no kineto profiler (CUDA builds only); skipped\n";
 #endif
   }
-  const double tok_s = static_cast<double>(mbs * seq * world) / bench::mean(log.seconds);
+  const double tok_s = static_cast<double>(rows * seq * world) / bench::mean(log.seconds);
   const std::string offload = flags.param_offload && flags.optimizer_offload ? "+offload"
                               : flags.param_offload                          ? "+param_offload"
                               : flags.optimizer_offload                      ? "+optimizer_offload"
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
   const std::string where = flags.offload_step.empty() ? "" : "(step on " + flags.offload_step + ")";
   const std::string fp8 = flags.fp8.empty() || flags.fp8 == "off" ? "" : "+fp8-" + flags.fp8;
   nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where + fp8}, {"seq", seq}, {"mbs", mbs},
+                           {"micro_batches", micro_batches},
                            {"ac", flags.ac},
                            {"world", world}, {"steps", flags.steps}, {"tokens_per_s", tok_s},
                            {"mfu", flops_per_token > 0 ? tok_s * flops_per_token / (989e12 * world) : 0.0},

@@ -17,20 +17,20 @@ def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     print(f"Date: {datetime.date.today()}, machine: 1x NVIDIA H200, seq 4096, micro-batch 2, bf16 compute / fp32 "
           "master, activation checkpointing as recorded\n")
-    print("| shape | impl | tokens/s | step s | peak GPU GiB | peak host GiB | final loss | tokens/s vs FSDP2+offload |"
+    print("| shape | micro-batches / step | impl | tokens/s | step s | peak GPU GiB | peak host GiB | final loss | tokens/s vs FSDP2+offload |"
           " step vs enginery resident | max loss diff vs enginery resident | max loss diff vs FSDP2+offload |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for shape in sorted({r["shape"] for r in rows}):
-        group = [r for r in rows if r["shape"] == shape]
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for shape, k in sorted({(r["shape"], r.get("micro_batches", 1)) for r in rows}):
+        group = [r for r in rows if r["shape"] == shape and r.get("micro_batches", 1) == k]
         ref = next((r for r in group if r["impl"].startswith("pytorch")), None)
         resident = next((r for r in group if r["impl"].startswith("enginery") and "offload" not in r["impl"]), None)
         for r in group:
-            step_s = r["mbs"] * r["seq"] * r["world"] / r["tokens_per_s"]
+            step_s = r["mbs"] * k * r["seq"] * r["world"] / r["tokens_per_s"]
             speed = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref and r is not ref else "-"
             slow = f"{resident['tokens_per_s'] / r['tokens_per_s']:.2f}x" if resident and r is not resident else "-"
             d_res = max_loss_diff(r, resident) if resident and r is not resident else "-"
             d_ref = max_loss_diff(r, ref) if ref and r is not ref else "-"
-            print(f"| {shape} | {r['impl']} | {r['tokens_per_s']:.0f} | {step_s:.2f} | {r['peak_mem_gib']:.1f} | "
+            print(f"| {shape} | {k} | {r['impl']} | {r['tokens_per_s']:.0f} | {step_s:.2f} | {r['peak_mem_gib']:.1f} | "
                   f"{r.get('peak_host_gib', 0):.1f} | {r['final_loss']:.4f} | {speed} | {slow} | {d_res} | {d_ref} |")
 
 

@@ -52,6 +52,7 @@ def main():
     ap.add_argument("--tokens", required=True, help="int32 token file made by make_bench_inputs.py (same data)")
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--mbs", type=int, default=2)
+    ap.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation: micro-batches per step")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--ac", action="store_true", help="activation checkpointing per decoder layer")
@@ -70,12 +71,19 @@ def main():
     losses, times = [], []
     torch.cuda.reset_peak_memory_stats()
     for step in range(args.warmup + args.steps):
-        off = (step * world + rank) * args.mbs * args.seq  # the rows bench_engine_train reads
-        ids = tokens[off:off + args.mbs * args.seq].view(args.mbs, args.seq).cuda()
+        rows = args.mbs * args.micro_batches
+        off = (step * world + rank) * rows * args.seq  # the rows bench_engine_train reads
+        batch = tokens[off:off + rows * args.seq].view(rows, args.seq).cuda()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
+        step_loss = 0.0
+        for k, ids in enumerate(batch.split(args.mbs)):
+            last = k + 1 == args.micro_batches
+            model.set_requires_gradient_sync(last)  # FSDP2's no_sync: reduce (and offload) once per step
+            out = model(input_ids=ids, labels=ids)
+            # Each micro-batch's loss is its token mean; equal token counts make the mean of means the step's mean.
+            (out.loss / args.micro_batches).backward()
+            step_loss += out.loss.detach() / args.micro_batches
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -83,13 +91,13 @@ def main():
         dt = time.perf_counter() - t0
         if step >= args.warmup:
             times.append(dt)
-        losses.append(out.loss.item())
+        losses.append(float(step_loss))
         if rank == 0:
             print(f"step {step} loss {losses[-1]:.4f} {dt:.2f} s", flush=True)
     shape = SHAPES[args.shape]
-    tok_s = args.mbs * args.seq * world * len(times) / sum(times)
+    tok_s = args.mbs * args.micro_batches * args.seq * world * len(times) / sum(times)
     result = dict(impl=f"pytorch-fsdp2+cpuoffload({args.optim_impl} adamw)", shape=args.shape, seq=args.seq,
-                  mbs=args.mbs, ac=args.ac, world=world, steps=args.steps, tokens_per_s=tok_s,
+                  mbs=args.mbs, micro_batches=args.micro_batches, ac=args.ac, world=world, steps=args.steps, tokens_per_s=tok_s,
                   step_s=sum(times) / len(times),
                   mfu=tok_s * model_flops_per_token(shape, args.seq) / (989e12 * world),
                   peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30,

@@ -50,6 +50,9 @@ class ENGINERY_FSDP_API AdamW {
   // the same staging runs with plain copies.
   void stream_through(std::shared_ptr<CopyStream> copies, bool params_on_host, bool state_on_host);
   bool streamed() const { return copies_ != nullptr; }
+  // Host tensors, one per param (undefined to skip), that step_streamed writes with each updated param cast to
+  // their dtype: the units' compute copies (FsdpUnit::compute_copy), so the next forward uploads half the bytes.
+  void set_compute_copies(std::vector<torch::Tensor> copies) { compute_copies_ = std::move(copies); }
   // The streamed step. Each staged gradient is first multiplied by `grad_multipliers` in order (the grad scaler's
   // 1/scale, the clip coefficient: device tensors of one element), then the update runs; `grad_scale` and
   // `found_inf` as for step_fused (fused() only).
@@ -77,6 +80,7 @@ class ENGINERY_FSDP_API AdamW {
   bool own_kernel_ = false;  // fused_ through kernels::adamw_ rather than ATen's multi-tensor fused AdamW
   std::shared_ptr<CopyStream> copies_;  // streamed step (engine.param_offload / optimizer_offload)
   bool params_on_host_ = false, state_on_host_ = false;
+  std::vector<torch::Tensor> compute_copies_;  // see set_compute_copies
 };
 
 }  // namespace fsdp

@@ -76,6 +76,9 @@ void AdamW::step_streamed(double lr, const std::vector<torch::Tensor>& grad_mult
     for (const auto& m : grad_multipliers) grad.mul_(m);
     update_one(i, s.param.tensor, grad, s.exp_avg.tensor, s.exp_avg_sq.tensor, lr, grad_scale, found_inf);
     std::shared_ptr<c10::Event> done;
+    if (i < compute_copies_.size() && compute_copies_[i].defined()) {
+      done = copies.download_into(compute_copies_[i], s.param.tensor.to(compute_copies_[i].scalar_type()));
+    }
     if (params_on_host_) done = copies.download_into(params_[i], s.param.tensor);
     if (state_on_host_) {
       copies.download_into(exp_avg_[i], s.exp_avg.tensor);

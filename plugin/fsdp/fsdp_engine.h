@@ -138,6 +138,8 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine
 
   // optimizer_step with the optimizer streamed (fsdp_engine_offload_step.cpp).
   torch::Tensor streamed_optimizer_step();
+  // Whether that step wrote every unit's compute copy from the updated masters (FsdpUnit::compute_copy).
+  void compute_copies_written(bool written);
   // Whether this step is skipped (the scaler's found_inf, else a non-finite norm), said once on rank 0.
   bool skip_step(const torch::Tensor& norm, ShardedGradScaler* scaler) const;
 

@@ -42,6 +42,13 @@ void FSDPEngine::place_offloaded_state() {
   auto copies = std::make_shared<CopyStream>(device_);
   if (params) fsdp_->keep_masters_on_host(copies);
   optimizer_->stream_through(copies, params, state);
+  std::vector<torch::Tensor> compute_copies;  // one per unit: the optimizer's params are the units' shards, in order
+  for (auto& u : fsdp_->units()) compute_copies.push_back(u.compute_copy());
+  optimizer_->set_compute_copies(std::move(compute_copies));
+}
+
+void FSDPEngine::compute_copies_written(bool written) {
+  for (auto& u : fsdp_->units()) u.set_compute_copy_fresh(written);
 }
 
 torch::Tensor FSDPEngine::streamed_optimizer_step() {
@@ -65,6 +72,7 @@ torch::Tensor FSDPEngine::streamed_optimizer_step() {
     if (clip > 0.0) grad_scale = torch::clamp_min((norm + 1e-6) / clip, 1.0).reshape({1});
     auto found_inf = torch::isfinite(norm).logical_not().to(torch::kFloat).reshape({1});
     optimizer_->step_streamed(lr, {}, grad_scale, found_inf);
+    compute_copies_written(true);  // a skip on the device wrote the unchanged masters' casts: fresh all the same
     return norm;
   }
   std::vector<torch::Tensor> multipliers;
@@ -73,8 +81,10 @@ torch::Tensor FSDPEngine::streamed_optimizer_step() {
   if (!skip_step(norm, scaler)) {
     if (host_optimizer_step_) {
       optimizer_->step_on_host(lr, multipliers);
+      compute_copies_written(false);  // the next unshard of each unit writes its copy
     } else {
       optimizer_->step_streamed(lr, multipliers, torch::Tensor(), torch::Tensor());
+      compute_copies_written(true);
     }
   }
   if (scaler) scaler->update();

@@ -25,6 +25,10 @@ void FsdpUnit::keep_master_on_host(std::shared_ptr<CopyStream> copies) {
   torch::NoGradGuard no_grad;
   copies_ = std::move(copies);
   move_to_host(shard_, *copies_);
+  if (precision_.param_dtype != torch::kFloat) {
+    compute_copy_ = copies_->host_empty({layout_->shard_numel()}, precision_.param_dtype);
+    compute_copy_fresh_ = false;  // written by the first unshard
+  }
   if (zero_pending_) {  // no storage until the first reduction: the host buffer is allocated once, here
     shard_grad_.set_data(copies_->host_empty({layout_->shard_numel()}, torch::kFloat).zero_());
     return;
@@ -36,7 +40,12 @@ void FsdpUnit::keep_master_on_host(std::shared_ptr<CopyStream> copies) {
 
 void FsdpUnit::prefetch_shard() {
   if (!copies_ || state_ != State::kSharded || prefetched_.tensor.defined()) return;
-  prefetched_ = copies_->upload(shard_);
+  if (!compute_copy_fresh_) {
+    prefetched_ = copies_->upload(shard_);
+    return;
+  }
+  CopyStream::host_wait(compute_copy_written_);  // long done: written at the previous unshard or step
+  prefetched_ = copies_->upload(compute_copy_);
 }
 
 void FsdpUnit::drop_prefetched_shard() {
@@ -52,7 +61,12 @@ torch::Tensor FsdpUnit::master_for_unshard() {
   CopyStream::Pending master = std::move(prefetched_);
   prefetched_ = {};
   copies_->wait_for(master);
-  return master.tensor;
+  if (!compute_copy_.defined() || master.tensor.scalar_type() == compute_copy_.scalar_type()) return master.tensor;
+  // The fp32 master came up (the copy was stale): cast as unshard would, and keep the cast for the next uploads.
+  auto cast = master.tensor.to(precision_.param_dtype);
+  compute_copy_written_ = copies_->download_into(compute_copy_, cast);
+  compute_copy_fresh_ = true;
+  return cast;
 }
 
 // `reduced` is this reduction's fp32 gradient on the device. After a zero it becomes the host gradient; otherwise

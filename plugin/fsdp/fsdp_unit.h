@@ -48,7 +48,12 @@ class ENGINERY_FSDP_API FsdpUnit {
   void reduce_grads();
   bool has_full_grads() const;
 
-  torch::Tensor& shard() { return shard_; }            // fp32 [S], this rank's master parameters
+  // fp32 [S], this rank's master parameters. A caller may write through it, so the compute copy (below) is forgotten.
+  torch::Tensor& shard() {
+    compute_copy_fresh_ = false;
+    return shard_;
+  }
+  const torch::Tensor& shard() const { return shard_; }
   // [S], fp32 — or bf16 where that holds it exactly (below). A pending zero is carried out first; holders of the
   // tensor (the optimizer) call settle_shard_grad(). The tensor object stays; its storage and dtype change in place.
   torch::Tensor& shard_grad() {
@@ -92,6 +97,15 @@ class ENGINERY_FSDP_API FsdpUnit {
   // for the norm.
   torch::Tensor shard_grad_norm();
 
+  // engine.param_offload with a param_dtype other than fp32: a pinned host copy of the master in param_dtype, which
+  // unshard() uploads in place of the fp32 master: half the bytes over the bus for every forward and backward, and
+  // the same values (unshard's own cast). Fresh from the streamed optimizer step (which writes it from the updated
+  // master already on the device) until the master is written: shard() forgets it, and an unshard that finds it
+  // stale uploads the fp32 master, casts, and writes it back. Undefined without offload or with fp32 compute.
+  const torch::Tensor& compute_copy() const { return compute_copy_; }
+  bool compute_copy_fresh() const { return compute_copy_fresh_; }
+  void set_compute_copy_fresh(bool fresh) { compute_copy_fresh_ = fresh && compute_copy_.defined(); }
+
  private:
   void free_full_storage();
   void alloc_full_storage();
@@ -118,6 +132,9 @@ class ENGINERY_FSDP_API FsdpUnit {
   std::shared_ptr<CopyStream> copies_;  // set: the master and its gradient live on the host
   CopyStream::Pending prefetched_;      // an upload of the master started by prefetch_shard()
   torch::Tensor grad_norm_;             // host-resident gradient: its norm, taken on the device
+  torch::Tensor compute_copy_;          // param_dtype copy of the host master (engine.param_offload)
+  bool compute_copy_fresh_ = false;
+  std::shared_ptr<c10::Event> compute_copy_written_;  // the download that last wrote it
 };
 
 }  // namespace fsdp

@@ -246,6 +246,13 @@ TEST_P(ParamOffloadGpuTest, StepsMatchTheResidentEngine) {
       EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss)) << what << ", step " << step;
       const double norm = got.grad_norm.item<double>(), want_norm = want.grad_norm.item<double>();
       EXPECT_NEAR(norm, want_norm, 1e-5 * want_norm) << what << ", step " << step << ": grad norm";
+      // What the next forward uploads: the step wrote each unit's pinned bf16 copy from its updated master.
+      for (const fsdp::FsdpUnit& u : offloaded->fsdp_module()->units()) {
+        if (!params) continue;
+        ASSERT_TRUE(u.compute_copy_fresh()) << what << ", " << u.name();
+        EXPECT_TRUE(u.compute_copy().is_pinned()) << what << ", " << u.name();
+        EXPECT_TRUE(torch::equal(u.compute_copy(), u.shard().to(torch::kBFloat16))) << what << ", " << u.name();
+      }
     }
     const double diff = max_abs_diff(*offloaded, *reference);
     EXPECT_LE(diff, 1e-5) << what << ": parameters after 3 steps";

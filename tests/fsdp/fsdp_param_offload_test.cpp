@@ -75,6 +75,18 @@ void expect_same_step(const BatchOutput& got, const BatchOutput& want, const std
   }
 }
 
+// With the masters on the host and bf16 compute, a streamed step leaves each unit a fresh bf16 copy of its master
+// (what the next unshard uploads): exactly the master's cast. fp32 compute keeps none.
+void expect_compute_copies_follow(fsdp::FSDPEngine& engine, Offload offload, bool fp32, const std::string& what) {
+  for (const fsdp::FsdpUnit& u : engine.fsdp_module()->units()) {
+    EXPECT_EQ(u.compute_copy().defined(), offload.params && !fp32) << what << ", " << u.name();
+    EXPECT_EQ(u.compute_copy_fresh(), offload.params && !fp32) << what << ", " << u.name();
+    if (u.compute_copy_fresh()) {
+      EXPECT_TRUE(torch::equal(u.compute_copy(), u.shard().to(torch::kBFloat16))) << what << ", " << u.name();
+    }
+  }
+}
+
 void expect_host_resident(fsdp::FSDPEngine& engine, Offload offload) {
   for (auto& u : engine.fsdp_module()->units()) EXPECT_EQ(u.master_on_host(), offload.params) << u.name();
   EXPECT_TRUE(engine.optimizer()->streamed());
@@ -97,6 +109,7 @@ void offloaded_equals_resident(const std::string& strategy, bool scaler) {
       for (size_t k = 0; k < offloaded.size(); ++k) {
         const std::string what = kOffloads[k].name() + ", step " + std::to_string(step);
         expect_same_step(offloaded[k]->train_batch(batch, loss), want, what);
+        expect_compute_copies_follow(*offloaded[k], kOffloads[k], scaler, what);
         if (scaler) {
           EXPECT_EQ(offloaded[k]->grad_scaler()->current_scale(), resident->grad_scaler()->current_scale()) << what;
           EXPECT_EQ(offloaded[k]->grad_scaler()->last_step_skipped(), step == poisoned) << what;
@@ -114,6 +127,28 @@ TEST(FsdpParamOffload, OffloadedStepsEqualResidentBitwiseFsdp) { offloaded_equal
 TEST(FsdpParamOffload, OffloadedStepsEqualResidentBitwiseFsdp2) { offloaded_equals_resident("fsdp2", false); }
 TEST(FsdpParamOffload, ScalerWithSkippedStepEqualsResidentBitwiseFsdp) { offloaded_equals_resident("fsdp", true); }
 TEST(FsdpParamOffload, ScalerWithSkippedStepEqualsResidentBitwiseFsdp2) { offloaded_equals_resident("fsdp2", true); }
+
+// A master written between steps (a checkpoint load, VeOmni's rounding, anyone holding FsdpUnit::shard()) reaches
+// the next forward: the write makes the unit's bf16 copy stale, so that unshard uploads the fp32 master instead of
+// the copy, and writes the copy again. A stale copy used anyway would give the old parameters' loss.
+TEST(FsdpParamOffload, AMasterWrittenBetweenStepsReachesTheNextForward) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    const Offload both{true, true};
+    auto resident = make_engine(offload_args(ctx, "fsdp2", kResident, false));
+    auto offloaded = make_engine(offload_args(ctx, "fsdp2", both, false));
+    expect_same_step(offloaded->train_batch(step_batch(ctx.rank, 1), sft_loss),
+                     resident->train_batch(step_batch(ctx.rank, 1), sft_loss), "step 1");
+    for (auto* engine : {resident.get(), offloaded.get()}) {
+      for (auto& u : engine->fsdp_module()->units()) u.shard().mul_(0.75);
+    }
+    for (const fsdp::FsdpUnit& u : offloaded->fsdp_module()->units()) EXPECT_FALSE(u.compute_copy_fresh()) << u.name();
+    expect_same_step(offloaded->train_batch(step_batch(ctx.rank, 2), sft_loss),
+                     resident->train_batch(step_batch(ctx.rank, 2), sft_loss), "after the masters were scaled");
+    expect_compute_copies_follow(*offloaded, both, false, "after the step that followed the write");
+    const TensorMap want = full_state(*resident);
+    expect_bitwise_equal(full_state(*offloaded), want, "after the write and a step");
+  });
+}
 
 // A checkpoint of an offloaded engine continues bitwise in an offloaded engine, a param-offload-only one and a
 // resident one: the files do not depend on where the state lived.
