@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The offload comparison of issue 17 (engine.param_offload + engine.optimizer_offload) in one call on the GPU
 # machine, from the repo root:
-#   bench/gpu/run_offload_bench.sh [out-dir] [shapes...]      (default shape: 3B; 7B only fits a host of > 128 GiB)
+#   bench/gpu/run_offload_bench.sh [out-dir] [shapes...]   (default 3B; at 7B a 128 GiB host holds one offload key only)
 # Builds what it needs while it makes the random-init checkpoint + token file, then runs, one after the other:
 # enginery fsdp2 resident, enginery fsdp2 with both offload keys and the optimizer step streamed through the GPU,
 # the same with the step on the host — all the same BENCH_STEPS steps, so their losses compare step by step — and
