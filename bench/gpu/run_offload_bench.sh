@@ -31,8 +31,10 @@ scripts/gpu/build.sh build-gpu $targets > "$out/build.log" 2>&1 &
 build=$!
 for shape in $shapes; do
   dir=/tmp/bench-$shape
-  [ -f $dir/tokens.bin ] || (cd bench/gpu && python3 make_bench_inputs.py --shape $shape --out-dir $dir \
-    --tokens $((2 * 4096 * 512))) > /dev/null 2>&1
+  # A token file from an earlier call may be too short for BENCH_MICRO_BATCHES x BENCH_STEPS: made again then.
+  [ "$(stat -c %s $dir/tokens.bin 2>/dev/null || echo 0)" -ge $((2 * 4096 * 512 * 4)) ] ||
+    (cd bench/gpu && python3 make_bench_inputs.py --shape $shape --out-dir $dir --tokens $((2 * 4096 * 512))) \
+    > /dev/null 2>&1
 done
 wait $build || { echo "build failed"; tail -30 "$out/build.log"; exit 1; }
 if [ "${BENCH_GPU_TEST:-1}" = 1 ]; then

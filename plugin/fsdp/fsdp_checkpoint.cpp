@@ -278,7 +278,7 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
   rank.world_rank = world.rank();
   rank.shard_rank = groups_.shard->rank();
   rank.writes_shards = groups_.replicate->rank() == 0;
-  for (auto& u : fsdp_->units()) rank.params.push_back(u.shard());
+  for (const auto& u : fsdp_->units()) rank.params.push_back(u.shard());  // read only: the compute copies stay
   rank.optimizer = optimizer_.get();
   rank.device = device_;
   ckpt::RankRecord record;

@@ -48,9 +48,12 @@ class ENGINERY_FSDP_API FsdpUnit {
   void reduce_grads();
   bool has_full_grads() const;
 
-  // fp32 [S], this rank's master parameters. A caller may write through it, so the compute copy (below) is forgotten.
+  // fp32 [S], this rank's master parameters. A caller may write through it, so the compute copy (below) and an
+  // upload started before are forgotten: write before the next unshard (a writer that keeps the reference across one
+  // calls shard() again after writing).
   torch::Tensor& shard() {
     compute_copy_fresh_ = false;
+    drop_prefetched_shard();
     return shard_;
   }
   const torch::Tensor& shard() const { return shard_; }

@@ -219,6 +219,18 @@ TEST(FsdpParamOffload, HostOptimizerStepEqualsResidentAndBadSettingsAreRefused) 
     }
     const TensorMap want = full_state(*resident);
     expect_near(full_state(*host), want, 1e-5, "host step after 3 steps");
+    // With bf16 compute the host step writes the masters but not their bf16 copies: it must leave them stale, so
+    // the next unshard uploads the updated master rather than the copy of the one before the step.
+    auto bf16_args = offload_args(ctx, "fsdp", Offload{true, true}, false);
+    bf16_args.engine.backend_options["offload_step"] = "host";
+    auto bf16_host = make_engine(bf16_args);
+    for (int step = 0; step < 2; ++step) {
+      bf16_host->train_batch(step_batch(ctx.rank, 50 + step), sft_loss);
+      for (const fsdp::FsdpUnit& u : bf16_host->fsdp_module()->units()) {
+        ASSERT_TRUE(u.compute_copy().defined()) << u.name();
+        EXPECT_FALSE(u.compute_copy_fresh()) << "bf16 host step " << step << ", " << u.name();
+      }
+    }
   });
   auto message = [](const std::function<void(EngineArgs&)>& edit) -> std::string {
     EngineArgs args = make_args("fsdp2", "bf16");
