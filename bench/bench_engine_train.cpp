@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--flops-per-token", flops_per_token, "model FLOPs per token for MFU (the reference prints it)");
   int64_t micro_batches = 1;
   app.add_option("--micro-batches", micro_batches,
-                 "micro-batches per step (gradient accumulation): each step trains micro_batches x mbs rows");
+                 "micro-batches per step (gradient accumulation): each step trains micro_batches x mbs rows")
+      ->check(CLI::PositiveNumber);
   std::string profile;
   app.add_option("--profile", profile, "after the timed steps, profile one more step (CUDA builds: kineto) and "
                  "write its chrome trace here (bench/gpu/profile_summary.py reads it)");
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   const int64_t rows = mbs * micro_batches;  // per rank and step; the engine splits them into micro-batches of mbs
   auto engine = bench::load_engine(flags, bench::engine_args(me, flags));
 
-  // Same tokens as the reference: row r of step s is tokens[((s * world + rank) * mbs + r) * seq ...].
+  // Same tokens as the reference: row r of step s is tokens[((s * world + rank) * rows + r) * seq ...].
   const auto bytes = std::filesystem::file_size(tokens_file);
   std::ifstream in(tokens_file, std::ios::binary);
   std::vector<int32_t> tokens(bytes / sizeof(int32_t));

@@ -15,6 +15,7 @@ Run on the GPU machine: torchrun --nproc-per-node 1 bench/gpu/reference_offload_
 import argparse
 import json
 import resource
+import sys
 import time
 
 import torch
@@ -64,6 +65,8 @@ def main():
 
     import numpy as np
 
+    if args.micro_batches < 1:
+        ap.error(f"--micro-batches must be at least 1, got {args.micro_batches}")
     rank = init_rank(args.seed)
     world = dist.get_world_size()
     model, opt = offloaded_model_and_optimizer(args.model_dir, args.ac, args.lr, args.optim_impl)
@@ -73,6 +76,9 @@ def main():
     for step in range(args.warmup + args.steps):
         rows = args.mbs * args.micro_batches
         off = (step * world + rank) * rows * args.seq  # the rows bench_engine_train reads
+        if off + rows * args.seq > tokens.numel():
+            sys.exit(f"{args.tokens}: {tokens.numel()} tokens, step {step} needs {off + rows * args.seq} "
+                     "(make_bench_inputs.py --tokens N makes a longer file)")
         batch = tokens[off:off + rows * args.seq].view(rows, args.seq).cuda()
         torch.cuda.synchronize()
         t0 = time.perf_counter()

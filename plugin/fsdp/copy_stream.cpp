@@ -45,7 +45,7 @@ std::shared_ptr<c10::Event> CopyStream::record(const c10::Stream& side) const {
   return done;
 }
 
-CopyStream::Pending CopyStream::upload(const torch::Tensor& src) {
+CopyStream::Pending CopyStream::upload(const torch::Tensor& src, const std::shared_ptr<c10::Event>& written) {
   torch::NoGradGuard no_grad;
   Pending out;
   out.tensor = torch::empty(src.sizes(), src.options().device(device_).pinned_memory(false));  // on the compute stream
@@ -54,6 +54,7 @@ CopyStream::Pending CopyStream::upload(const torch::Tensor& src) {
     return out;
   }
   after_compute(*up_);
+  if (written) written->block(*up_);
   c10::StreamGuard on_side(*up_);
   out.tensor.copy_(src, /*non_blocking=*/true);
   // A destination dropped without wait_for (an exception, teardown) must not be reused before this copy wrote it.

@@ -44,8 +44,9 @@ class ENGINERY_FSDP_API CopyStream {
   // copies are DMA that do not block), plain memory on a CPU engine (pinning needs CUDA).
   torch::Tensor host_empty(at::IntArrayRef sizes, c10::ScalarType dtype) const;
 
-  // A fresh copy of `src` on the device (an upload), issued after the compute stream's queued work.
-  Pending upload(const torch::Tensor& src);
+  // A fresh copy of `src` on the device (an upload), issued after the compute stream's queued work and, when given,
+  // after `written` (the download that last wrote `src`): the copy stream waits, the host does not.
+  Pending upload(const torch::Tensor& src, const std::shared_ptr<c10::Event>& written = nullptr);
   // Copies device tensor `src` into host tensor `dst` (a download), issued after the compute stream's queued work;
   // the host reads `dst` after synchronize() (or the returned event).
   std::shared_ptr<c10::Event> download_into(torch::Tensor& dst, const torch::Tensor& src);

@@ -44,8 +44,7 @@ void FsdpUnit::prefetch_shard() {
     prefetched_ = copies_->upload(shard_);
     return;
   }
-  CopyStream::host_wait(compute_copy_written_);  // long done: written at the previous unshard or step
-  prefetched_ = copies_->upload(compute_copy_);
+  prefetched_ = copies_->upload(compute_copy_, compute_copy_written_);
 }
 
 void FsdpUnit::drop_prefetched_shard() {
