@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   int64_t micro_batches = 1;
   app.add_option("--micro-batches", micro_batches,
                  "micro-batches per step (gradient accumulation): each step trains micro_batches x mbs rows")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   std::string profile;
   app.add_option("--profile", profile, "after the timed steps, profile one more step (CUDA builds: kineto) and "
                  "write its chrome trace here (bench/gpu/profile_summary.py reads it)");
