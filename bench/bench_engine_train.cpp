@@ -99,9 +99,11 @@ int main(int argc, char** argv) {
                                                                              : "";
   const std::string where = flags.offload_step.empty() ? "" : "(step on " + flags.offload_step + ")";
   const std::string fp8 = flags.fp8.empty() || flags.fp8 == "off" ? "" : "+fp8-" + flags.fp8;
-  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where + fp8}, {"seq", seq}, {"mbs", mbs},
-                           {"micro_batches", micro_batches},
-                           {"ac", flags.ac},
+  // A policy other than recomputing whole layers is part of the row's name: the references have only that one.
+  const std::string ac_policy = flags.ac && flags.ac_policy != "layer" ? "+ac-" + flags.ac_policy : "";
+  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where + fp8 + ac_policy}, {"seq", seq},
+                           {"mbs", mbs}, {"micro_batches", micro_batches},
+                           {"ac", flags.ac}, {"ac_policy", flags.ac ? flags.ac_policy : "off"},
                            {"world", world}, {"steps", flags.steps}, {"tokens_per_s", tok_s},
                            {"mfu", flops_per_token > 0 ? tok_s * flops_per_token / (989e12 * world) : 0.0},
                            {"peak_mem_gib", bench::peak_memory_gib(flags.device)},

@@ -147,7 +147,7 @@ ModelOutput CausalLM::packed_forward(const torch::Tensor& ids, const torch::Tens
 torch::Tensor CausalLM::body_forward(const torch::Tensor& ids, const torch::Tensor& positions, AttentionContext ctx,
                                      UnitHooks* hooks) {
   ctx.rope = rope_for(positions);
-  ctx.layers_recomputed = checkpointing_;
+  ctx.recompute = recompute_;
 
   size_t unit = 0;
   if (hooks) hooks->pre_forward(unit);
@@ -156,7 +156,7 @@ torch::Tensor CausalLM::body_forward(const torch::Tensor& ids, const torch::Tens
   for (auto& layer : model_->layers) {
     ++unit;
     if (hooks) hooks->pre_forward(unit);
-    h = checkpointing_ ? checkpointed_layer_forward(*layer, h, ctx) : layer->forward(h, ctx);
+    h = recompute_ == Recompute::kLayer ? checkpointed_layer_forward(*layer, h, ctx) : layer->forward(h, ctx);
     if (hooks) hooks->post_forward(unit, {h});
   }
   if (hooks) hooks->pre_forward(unit + 1);  // the head unit: its post_forward is the head's

@@ -48,9 +48,11 @@ class CausalLM : public DecoderModel {
 
   const ModelArgs& args() const { return args_; }
   HeadKind head_kind() const { return head_; }
-  void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
+  void set_gradient_checkpointing(bool on) { recompute_ = on ? Recompute::kLayer : Recompute::kNothing; }
+  void set_recompute(Recompute policy) { recompute_ = policy; }
   void set_fp8_matmuls(bool on) override;
-  bool gradient_checkpointing() const { return checkpointing_; }
+  bool gradient_checkpointing() const { return recompute_ != Recompute::kNothing; }
+  Recompute recompute() const { return recompute_; }
 
   // The [V, H] matrix the language-model head multiplies with (lm_head.weight, or the embeddings when tied).
   torch::Tensor output_embedding_weight();
@@ -83,7 +85,7 @@ class CausalLM : public DecoderModel {
 
   ModelArgs args_;
   HeadKind head_;
-  bool checkpointing_ = false;
+  Recompute recompute_ = Recompute::kNothing;
   DecoderBody model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};  // untied language_model only
   torch::nn::Linear score_{nullptr};    // value_model only

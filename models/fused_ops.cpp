@@ -64,6 +64,28 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
   }
 };
 
+class UnusedOutputLinearFunction : public torch::autograd::Function<UnusedOutputLinearFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight) {
+    ctx->save_for_backward({x, weight});
+    auto shape = x.sizes().vec();
+    shape.back() = weight.size(0);
+    return torch::zeros(shape, x.options());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    compat::AutocastScope no_autocast(x.device().type(), c10::kFloat);
+    torch::NoGradGuard no_grad;
+    auto g = grads[0].to(x.scalar_type()).reshape({-1, weight.size(0)});
+    auto grad_x = torch::mm(g, weight).view(x.sizes());
+    auto grad_weight = torch::mm(g.t(), x.reshape({-1, x.size(-1)}));
+    return {grad_x, grad_weight};
+  }
+};
+
 // Only the rotated tensor's gradient flows back: the tables are position functions, never trained.
 class RopeFunction : public torch::autograd::Function<RopeFunction> {
  public:
@@ -87,6 +109,13 @@ bool fused_swiglu_down_applies(const torch::Tensor& gate, const torch::Tensor& u
 
 torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& down_weight) {
   return SwigluDownFunction::apply(gate, up, down_weight);
+}
+
+torch::Tensor linear_output_unused(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  const auto dtype = x.scalar_type();
+  auto out = UnusedOutputLinearFunction::apply(x, weight.to(dtype));
+  // A bias (none in the shipped models' MLPs) adds its gradient, the sum of g over rows, through autograd's add.
+  return bias.defined() ? out + bias.to(dtype) : out;
 }
 
 bool fused_rope_applies(const torch::Tensor& x) { return kernels::applies(x) && x.dim() == 4; }

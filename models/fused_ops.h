@@ -16,6 +16,12 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 bool fused_swiglu_down_applies(const torch::Tensor& gate, const torch::Tensor& up);
 torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& down_weight);
 
+// A linear layer whose output value nobody reads, only its gradient (a recomputed region's last GEMM, see
+// AttentionContext::recomputing): forward returns zeros of the output's shape (plus the bias) without the GEMM;
+// backward computes x's, the weight's and the bias's gradients as the linear would. The weight (and bias) are cast
+// to x's dtype first, as autocast's linear multiplies.
+torch::Tensor linear_output_unused(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
 // Rotary embedding of x [B, T, heads, D] with cos/sin [B, T, D] in one kernel each way (x * cos + rotate_half(x) *
 // sin, transformers' formula, in fp32 with one rounding). CUDA kernels only; fused_rope_applies says when.
 bool fused_rope_applies(const torch::Tensor& x);

@@ -25,6 +25,28 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return weight * h.to(x.scalar_type());
 }
 
+Recompute recompute_policy(bool enabled, const std::string& policy) {
+  Recompute chosen;
+  if (policy == "layer") {
+    chosen = Recompute::kLayer;
+  } else if (policy == "mlp") {
+    chosen = Recompute::kMlp;
+  } else {
+    throw EngineryError("unknown policy '" + policy + "'", "model.gradient_checkpointing_policy",
+                        recompute_policy_values());
+  }
+  if (!enabled && chosen != Recompute::kLayer) {
+    throw EngineryError("model.gradient_checkpointing_policy = " + policy +
+                            " chooses what checkpointing recomputes, but model.enable_gradient_checkpointing is false",
+                        "model.gradient_checkpointing_policy",
+                        "layer (the default) with checkpointing off; any of " + std::string(recompute_policy_values()) +
+                            " with model.enable_gradient_checkpointing = true");
+  }
+  return enabled ? chosen : Recompute::kNothing;
+}
+
+const char* recompute_policy_values() { return "layer, mlp"; }
+
 torch::Tensor rope_inv_freq(const ModelArgs& args) {
   const int64_t d = args.head_dim;
   auto inv = 1.0 / torch::pow(args.rope.theta, torch::arange(0, d, 2, torch::kInt64).to(torch::kFloat) / double(d));
@@ -166,15 +188,17 @@ MLPImpl::MLPImpl(const ModelArgs& a) {
   down_proj = register_module("down_proj", torch::nn::Linear(LinearOptions(a.intermediate_size, a.hidden_size).bias(a.mlp_bias)));
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x, bool keep_product) {
+torch::Tensor MLPImpl::forward(const torch::Tensor& x, bool recomputing) {
   if (fp8_matmuls) {
-    // The down projection is an FP8 GEMM of its own, so swiglu_down's fusion (a bf16 GEMM) does not apply.
+    // The down projection is an FP8 GEMM of its own, so swiglu_down's fusion (a bf16 GEMM) does not apply; its
+    // backward differs from a bf16 linear's, so it runs whole when recomputed too.
     const auto gate_up = fp8_linears(x, {gate_proj, up_proj});
     return fp8_linears(swiglu(gate_up[0], gate_up[1]), {down_proj})[0];
   }
   auto gate = gate_proj(x);
   auto up = up_proj(x);
-  if (!keep_product && !down_proj->bias.defined() && fused_swiglu_down_applies(gate, up)) {
+  if (recomputing) return linear_output_unused(swiglu(gate, up), down_proj->weight, down_proj->bias);
+  if (!down_proj->bias.defined() && fused_swiglu_down_applies(gate, up)) {
     return swiglu_down(gate, up, down_proj->weight);
   }
   return down_proj(swiglu(gate, up));
@@ -190,7 +214,18 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a) {
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
   RECORD_USER_SCOPE("decoder_layer::forward");
   auto h = x + self_attn->forward(input_layernorm(x), ctx);
-  return h + mlp->forward(post_attention_layernorm(h), ctx.layers_recomputed);
+  if (ctx.recompute == Recompute::kMlp && !ctx.recomputing) return h + checkpointed_mlp_block(*this, h, ctx);
+  return h + mlp_block(h, ctx);
+}
+
+torch::Tensor DecoderLayerImpl::mlp_block(const torch::Tensor& h, const AttentionContext& ctx) {
+  return mlp->forward(post_attention_layernorm(h), ctx.recomputing);
+}
+
+std::vector<torch::Tensor> DecoderLayerImpl::mlp_block_parameters() {
+  auto params = post_attention_layernorm->parameters();
+  for (const auto& p : mlp->parameters()) params.push_back(p);
+  return params;
 }
 
 torch::Tensor DecoderLayerImpl::forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache,

@@ -3,6 +3,9 @@
 // (self_attn.q_proj, mlp.gate_proj, input_layernorm, ...), so named_parameters() yields HF names.
 #include <torch/torch.h>
 
+#include <string>
+#include <vector>
+
 #include "models/model_args.h"
 #include "models/packed_sequences.h"
 
@@ -30,14 +33,29 @@ struct RopeTables {
 torch::Tensor rope_inv_freq(const ModelArgs& args);  // [head_dim / 2] fp32, with the configured scaling
 RopeTables rope_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids);
 
+// What backward recomputes of each decoder layer instead of keeping it from the forward
+// (model.enable_gradient_checkpointing, model.gradient_checkpointing_policy; docs/ARCHITECTURE.md,
+// "Activation checkpointing").
+enum class Recompute {
+  kNothing,  // every activation kept
+  kLayer,    // only the layer's input kept; backward runs the whole layer again ("layer")
+  kMlp,      // attention's activations kept; backward runs the MLP block again: its norm, the gate/up GEMMs and
+             // SwiGLU, not the down GEMM ("mlp")
+};
+// The policy named by the config: `enabled` false is kNothing; `policy` "layer" or "mlp", else an error naming
+// model.gradient_checkpointing_policy and its values.
+Recompute recompute_policy(bool enabled, const std::string& policy);
+const char* recompute_policy_values();  // "layer, mlp"
+
 // What every layer of one forward shares: rotary tables and the attention mask.
 struct AttentionContext {
   RopeTables rope;  // in the dtype of the embeddings (what enters the layers)
   torch::Tensor mask;  // bool [B, 1, T, T] (true = may attend) or undefined: plain causal attention
   PackedSequences packed;  // defined: the hidden states are one packed row [1, N, hidden] (model.use_remove_padding)
-  // Gradient checkpointing: each layer's activations live only while backward recomputes it, so keeping one more
-  // of them costs nothing at the peak and saves recomputing it.
-  bool layers_recomputed = false;
+  Recompute recompute = Recompute::kNothing;
+  // Set while backward recomputes a checkpointed region: only the region's graph is differentiated, its output
+  // value is never read, so the region's last GEMM (the MLP's down projection) is skipped (its backward still runs).
+  bool recomputing = false;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -67,8 +85,10 @@ TORCH_MODULE(Attention);
 class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelArgs& args);
-  // keep_product: save silu(gate) * up for backward (plain composition) instead of recomputing it there.
-  torch::Tensor forward(const torch::Tensor& x, bool keep_product = false);
+  // recomputing (AttentionContext::recomputing): the output's value is not needed, only its backward, so the down
+  // GEMM is not run and silu(gate) * up is kept for its backward (a recomputed region's activations live only
+  // while its backward runs, so keeping it costs nothing at the peak).
+  torch::Tensor forward(const torch::Tensor& x, bool recomputing = false);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool fp8_matmuls = false;  // the projections through models/fp8_linear.h (gate/up as one group)
 };
@@ -78,6 +98,10 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   explicit DecoderLayerImpl(const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx);
+  // The MLP block, mlp(post_attention_layernorm(h)) without the residual, and the parameters it reads (what
+  // Recompute::kMlp checkpoints).
+  torch::Tensor mlp_block(const torch::Tensor& h, const AttentionContext& ctx);
+  std::vector<torch::Tensor> mlp_block_parameters();
   // The same over the tokens after `cache`'s (AttentionImpl::forward_cached).
   torch::Tensor forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache, size_t layer);
 
@@ -96,6 +120,8 @@ TORCH_MODULE(DecoderLayer);
 // state) and differentiates it. The layer's parameters are read again at backward time, so an engine that frees
 // them after forward must have gathered them before the layer's backward (it does, from its output-grad hook).
 torch::Tensor checkpointed_layer_forward(DecoderLayerImpl& layer, const torch::Tensor& x, const AttentionContext& ctx);
+// The same for the layer's MLP block (DecoderLayerImpl::mlp_block) over h, the hidden states after attention.
+torch::Tensor checkpointed_mlp_block(DecoderLayerImpl& layer, const torch::Tensor& h, const AttentionContext& ctx);
 
 }  // namespace models
 }  // namespace enginery

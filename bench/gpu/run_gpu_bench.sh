@@ -19,8 +19,10 @@
 # BENCH_PROFILE=1: the engine also profiles one more step per run (kineto) and profile_summary.py summarises it.
 # BENCH_REFERENCE=0: engine only (a quick iteration). BENCH_COMPILED=0: no compiled reference.
 # BENCH_FP8=1: each engine row also with engine.fsdp2.fp8 = "tensorwise", right after it (issue 20).
-# BENCH_AC=off|on|both (default both): which activation-checkpointing settings the engine rows run (the references
-#   always run both).
+# BENCH_AC=off|on|both|mlp|all (default both): which activation-checkpointing settings the engine rows run: off,
+#   on (whole layers recomputed), both; mlp adds the engine with model.gradient_checkpointing_policy = "mlp" (only
+#   the MLP block recomputed) to both, all is off, on and mlp. The references always run off and on; mlp rows are
+#   compared with their AC-on rows.
 set -eo pipefail
 out=${1:-bench/results}; shift || true
 shapes=${*:-1.5B 3B 0.5B}
@@ -29,10 +31,12 @@ if [ "$budget" = 1 ]; then steps=${BENCH_STEPS:-5}; warmup=${BENCH_WARMUP:-2}; d
 else steps=${BENCH_STEPS:-10}; warmup=${BENCH_WARMUP:-3}; deadline=${BENCH_DEADLINE:-0}; fi
 sweep=${BENCH_SWEEP-flash cudnn}
 case ${BENCH_AC:-both} in
-  off) engine_acs="none" ;;
-  on) engine_acs="--ac" ;;
-  both) engine_acs="none --ac" ;;
-  *) echo "BENCH_AC=${BENCH_AC}: off, on or both"; exit 1 ;;
+  off) engine_acs="off" ;;
+  on) engine_acs="layer" ;;
+  both) engine_acs="off layer" ;;
+  mlp) engine_acs="mlp" ;;
+  all) engine_acs="off layer mlp" ;;
+  *) echo "BENCH_AC=${BENCH_AC}: off, on, both, mlp or all"; exit 1 ;;
 esac
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p "$out"
@@ -70,8 +74,9 @@ references() {  # shape dir
   fi
 }
 
-engine() {  # shape dir ac-flag sdpa-backend ("" = the default choice) [fp8 recipe]
-  local shape=$1 dir=$2 ac=$3 sdpa=$4 fp8=${5:-} tag=$1${3:+-ac}${4:+-$4}${5:+-fp8} prof="" fpt
+engine() {  # shape dir ac-policy (off, layer, mlp) sdpa-backend ("" = the default choice) [fp8 recipe]
+  local shape=$1 dir=$2 sdpa=$4 fp8=${5:-} tag=$1-ac-$3${4:+-$4}${5:+-fp8} prof="" fpt ac=""
+  [ "$3" != off ] && ac="--ac --ac-policy $3"
   [ -s "$out/.flops-$shape" ] || (cd bench/gpu && python3 -c \
     "from reference_fsdp2 import SHAPES, model_flops_per_token as f; print(f(SHAPES['$shape'], 4096))") > "$out/.flops-$shape"
   fpt=$(cat "$out/.flops-$shape")
@@ -121,17 +126,16 @@ for shape in $shapes; do
   dir=/tmp/bench-$shape
   references $shape $dir; table
   for ac in $engine_acs; do
-    [ "$ac" = none ] && ac=""
-    engine $shape $dir "$ac" ""
+    engine $shape $dir $ac ""
     if [ "${BENCH_FP8:-0}" = 1 ]; then engine $shape $dir "$ac" "" tensorwise; fi
   done
   table
   if [ "$shape" = 1.5B ]; then
-    for backend in $sweep; do engine 1.5B $dir "" $backend; done; table
+    for backend in $sweep; do engine 1.5B $dir off $backend; done; table
   fi
   echo "$shape done: $((SECONDS - start)) s"
 done
-case " $shapes " in *" 1.5B "*) ;; *) for backend in $sweep; do engine 1.5B /tmp/bench-1.5B "" $backend; done;; esac
+case " $shapes " in *" 1.5B "*) ;; *) for backend in $sweep; do engine 1.5B /tmp/bench-1.5B off $backend; done;; esac
 table
 echo "total: $((SECONDS - start)) s"
 cat "$out/table.md"

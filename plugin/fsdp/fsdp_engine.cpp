@@ -49,6 +49,7 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   s.keep_params_after_forward = true;
   s.dynamic_bsz = true;  // the host's loop forms the micro-batches; forward_step takes any number of rows
   s.remove_padding = true;  // the model packs each micro-batch's valid tokens (models/packed_sequences.h)
+  s.checkpointing_policies = {"layer", "mlp"};  // models::Recompute
   // Offload keeps state in host memory between uses (fsdp_engine_offload_step.cpp). Accepted on a CPU engine too,
   // where that is where the state lives already: the same staging code runs there with plain copies.
   s.param_offload = true;

@@ -96,7 +96,8 @@ std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
   const models::ModelArgs margs =
       source.is_builtin() ? models::builtin_args(source.name) : models::read_hf_config(source.name);
   auto model = structure_only(margs, head);
-  model->set_gradient_checkpointing(args_.model.enable_gradient_checkpointing);
+  model->set_recompute(
+      models::recompute_policy(args_.model.enable_gradient_checkpointing, args_.model.gradient_checkpointing_policy));
   return model;
 }
 

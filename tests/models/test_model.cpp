@@ -5,7 +5,9 @@
 #include <set>
 
 #include "support/torch_compat.h"
+#include "host_api/error.h"
 #include "models/causal_lm.h"
+#include "models/fused_ops.h"
 #include "models/model_factory.h"
 #include "models/safetensors.h"
 #include "test_util.h"
@@ -139,6 +141,57 @@ TEST(GradientCheckpointing, RecomputesWithParametersRegatheredByTheEngine) {
   FreeingHooks hooks(*ckpt);
   auto got = loss_grads(*ckpt, in, &hooks);
   expect_close(want, got, 1e-6);
+}
+
+TEST(GradientCheckpointing, MlpPolicyGivesTheSameGradients) {
+  for (const char* name : {"llama-tiny", "qwen2-tiny", "qwen3-tiny"}) {
+    auto plain = builtin(name);
+    auto mlp = builtin(name, "language_model", true, "mlp");
+    EXPECT_EQ(mlp->recompute(), Recompute::kMlp);
+    auto in = padded_inputs(256);
+    auto want = loss_grads(*plain, in);
+    // fp32 sums in another order (the residual's two gradients meet after the recomputed block): 1e-5.
+    expect_close(want, loss_grads(*mlp, in), 1e-5);
+    FreeingHooks hooks(*mlp);  // the MLP block is recomputed inside the layer's backward, after the regather
+    expect_close(want, loss_grads(*mlp, in, &hooks), 1e-5);
+  }
+}
+
+TEST(GradientCheckpointing, PolicyNamesAreCheckedAndNeedCheckpointingOn) {
+  EXPECT_EQ(recompute_policy(false, "layer"), Recompute::kNothing);
+  EXPECT_EQ(recompute_policy(true, "layer"), Recompute::kLayer);
+  EXPECT_EQ(recompute_policy(true, "mlp"), Recompute::kMlp);
+  try {
+    recompute_policy(true, "attention");
+    ADD_FAILURE() << "an unknown policy was accepted";
+  } catch (const EngineryError& e) {
+    EXPECT_EQ(e.where(), "model.gradient_checkpointing_policy");
+    EXPECT_EQ(e.allowed(), "layer, mlp");
+  }
+  try {
+    recompute_policy(false, "mlp");
+    ADD_FAILURE() << "a policy without checkpointing was accepted";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.enable_gradient_checkpointing is false"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The recomputed down projection: no GEMM forward, the linear's three gradients backward.
+TEST(LinearOutputUnused, BackwardIsTheLinearsBackward) {
+  torch::manual_seed(5);
+  auto x = torch::randn({3, 5, 8}, torch::kDouble).requires_grad_(true);
+  auto w = torch::randn({6, 8}, torch::kDouble).requires_grad_(true);
+  auto b = torch::randn({6}, torch::kDouble).requires_grad_(true);
+  auto g = torch::randn({3, 5, 6}, torch::kDouble);
+  auto want = torch::autograd::grad({torch::nn::functional::linear(x, w, b)}, {x, w, b}, {g});
+  auto out = linear_output_unused(x, w, b);
+  EXPECT_EQ(out.sizes(), g.sizes());
+  EXPECT_EQ((out - b).abs().sum().item<double>(), 0.0);  // no GEMM: the bias alone
+  auto got = torch::autograd::grad({out}, {x, w, b}, {g});
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-12)) << i;
+  auto no_bias = torch::autograd::grad({linear_output_unused(x, w, torch::Tensor())}, {x, w}, {g});
+  EXPECT_TRUE(torch::allclose(no_bias[1], want[1], 1e-12, 1e-12));
 }
 
 TEST(ValueModel, ScoresEveryRealTokenAndSavesItsHead) {
