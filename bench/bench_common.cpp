@@ -30,7 +30,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_flag("--param-offload", f.param_offload, "engine.param_offload: masters, shard grads in pinned host memory");
   app.add_flag("--optimizer-offload", f.optimizer_offload, "engine.optimizer_offload: AdamW state in host memory");
   app.add_option("--offload-step", f.offload_step, "engine.<backend>.offload_step: device (streamed) or host");
-  app.add_option("--fp8", f.fp8, "engine.<backend>.fp8: off or tensorwise (FP8 matmuls in the decoder layers)");
+  app.add_option("--fp8", f.fp8,
+                 "engine.<backend>.fp8: off, tensorwise or delayed (FP8 matmuls in the decoder layers)");
   app.add_option("--out", f.out, "append the JSON result here");
 }
 

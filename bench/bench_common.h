@@ -25,7 +25,7 @@ struct EngineFlags {
   std::string ac_policy = "layer";  // model.gradient_checkpointing_policy, with ac
   bool param_offload = false, optimizer_offload = false;  // engine.param_offload / engine.optimizer_offload
   std::string offload_step;                               // engine.<backend>.offload_step (device, host)
-  std::string fp8;                                        // engine.<backend>.fp8 (off, tensorwise)
+  std::string fp8;                                        // engine.<backend>.fp8 (off, tensorwise, delayed)
   double lr = 1e-5;
 };
 void add_engine_flags(CLI::App& app, EngineFlags& flags);

@@ -139,8 +139,12 @@ void log_softmax_grad_(torch::Tensor& logits, const torch::Tensor& targets, cons
 }
 
 std::pair<torch::Tensor, torch::Tensor> fp8_scale_cast(const torch::Tensor& x, const torch::Tensor& scale,
-                                                       c10::ScalarType float8_type, bool row_major, bool transposed) {
+                                                       c10::ScalarType float8_type, bool row_major, bool transposed,
+                                                       const torch::Tensor& amax) {
   const c10::cuda::CUDAGuard guard(x.device());
+  require(!amax.defined() || (amax.device() == x.device() && amax.scalar_type() == torch::kFloat &&
+                              amax.numel() == 1 && amax.is_contiguous()),
+          "fp8_scale_cast: amax must be one contiguous fp32 element on x's device");
   require(x.dim() == 2 && x.is_contiguous(), "fp8_scale_cast: x must be a contiguous matrix");
   require(scale.is_cuda() && scale.scalar_type() == torch::kFloat && scale.numel() == 1,
           "fp8_scale_cast: scale must be one fp32 element on the device");
@@ -152,7 +156,8 @@ std::pair<torch::Tensor, torch::Tensor> fp8_scale_cast(const torch::Tensor& x, c
   if (transposed) out_t = torch::empty({cols, rows}, x.options().dtype(float8_type));
   if (rows > 0 && cols > 0 && (row_major || transposed)) {
     launch::fp8_scale_cast(elem_of(x), x.data_ptr(), rows, cols, scale.data_ptr<float>(), e5m2,
-                           row_major ? out.data_ptr() : nullptr, transposed ? out_t.data_ptr() : nullptr, stream());
+                           row_major ? out.data_ptr() : nullptr, transposed ? out_t.data_ptr() : nullptr,
+                           amax.defined() ? amax.data_ptr<float>() : nullptr, stream());
   }
   return {out, out_t};
 }
@@ -169,7 +174,7 @@ namespace {
 bool available() { return false; }
 bool applies(const torch::Tensor&) { return false; }
 std::pair<torch::Tensor, torch::Tensor> fp8_scale_cast(const torch::Tensor&, const torch::Tensor&, c10::ScalarType,
-                                                       bool, bool) {
+                                                       bool, bool, const torch::Tensor&) {
   not_built("fp8_scale_cast");
 }
 torch::Tensor swiglu(const torch::Tensor&, const torch::Tensor&) { not_built("swiglu"); }

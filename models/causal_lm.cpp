@@ -8,16 +8,16 @@
 namespace enginery {
 namespace models {
 
-void DecoderModel::set_fp8_matmuls(bool on) {
-  if (on) {
+void DecoderModel::set_fp8_recipe(Fp8Recipe recipe) {
+  if (recipe != Fp8Recipe::kOff) {
     throw EngineryError("a " + hf_model_type() + " model built outside models::build_model has no FP8 matmuls " +
                             "(models/fp8_linear.h); turn them off for it",
                         "[engine.<backend>] fp8", "off");
   }
 }
 
-void CausalLM::set_fp8_matmuls(bool on) {
-  for (auto& layer : model_->layers) layer->set_fp8_matmuls(on);
+void CausalLM::set_fp8_recipe(Fp8Recipe recipe) {
+  for (auto& layer : model_->layers) layer->set_fp8_recipe(recipe);
 }
 
 DecoderBodyImpl::DecoderBodyImpl(const ModelArgs& a) {

@@ -50,7 +50,7 @@ class CausalLM : public DecoderModel {
   HeadKind head_kind() const { return head_; }
   void set_gradient_checkpointing(bool on) { recompute_ = on ? Recompute::kLayer : Recompute::kNothing; }
   void set_recompute(Recompute policy) { recompute_ = policy; }
-  void set_fp8_matmuls(bool on) override;
+  void set_fp8_recipe(Fp8Recipe recipe) override;
   bool gradient_checkpointing() const { return recompute_ != Recompute::kNothing; }
   Recompute recompute() const { return recompute_; }
 

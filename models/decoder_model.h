@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "host_api/model_output.h"
+#include "models/fp8_linear.h"
 
 namespace enginery {
 namespace models {
@@ -58,8 +59,9 @@ class DecoderModel : public torch::nn::Module {
 
   virtual std::string hf_model_type() const = 0;  // "llama" | "qwen2" | "qwen3"
   virtual bool tied_embeddings() const = 0;
-  // The decoder layers' projections as FP8 GEMMs (models/fp8_linear.h). A model without them throws.
-  virtual void set_fp8_matmuls(bool on);
+  // The decoder layers' projections as FP8 GEMMs with `recipe`'s scaling (models/fp8_linear.h), or bf16 (kOff). A
+  // model without them throws for anything but kOff.
+  virtual void set_fp8_recipe(Fp8Recipe recipe);
 };
 
 }  // namespace models

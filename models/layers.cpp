@@ -107,7 +107,7 @@ AttentionImpl::AttentionImpl(const ModelArgs& a)
 
 AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTables& rope) {
   const int64_t b = x.size(0), t = x.size(1);
-  const auto qkv = fp8_matmuls ? fp8_linears(x, {q_proj, k_proj, v_proj})
+  const auto qkv = fp8 != Fp8Recipe::kOff ? fp8_linears(x, {q_proj, k_proj, v_proj}, fp8_history(qkv_fp8_))
                                : std::vector<torch::Tensor>{q_proj(x), k_proj(x), v_proj(x)};
   auto q = qkv[0].view({b, t, heads_, head_dim_});
   auto k = qkv[1].view({b, t, kv_heads_, head_dim_});
@@ -120,7 +120,7 @@ AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTabl
 }
 
 torch::Tensor AttentionImpl::project_out(const torch::Tensor& x) {
-  return fp8_matmuls ? fp8_linears(x, {o_proj})[0] : o_proj(x);
+  return fp8 != Fp8Recipe::kOff ? fp8_linears(x, {o_proj}, fp8_history(o_fp8_))[0] : o_proj(x);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
@@ -189,11 +189,11 @@ MLPImpl::MLPImpl(const ModelArgs& a) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x, bool recomputing) {
-  if (fp8_matmuls) {
+  if (fp8 != Fp8Recipe::kOff) {
     // The down projection is an FP8 GEMM of its own, so swiglu_down's fusion (a bf16 GEMM) does not apply; its
     // backward differs from a bf16 linear's, so it runs whole when recomputed too.
-    const auto gate_up = fp8_linears(x, {gate_proj, up_proj});
-    return fp8_linears(swiglu(gate_up[0], gate_up[1]), {down_proj})[0];
+    const auto gate_up = fp8_linears(x, {gate_proj, up_proj}, fp8_history(gate_up_fp8_));
+    return fp8_linears(swiglu(gate_up[0], gate_up[1]), {down_proj}, fp8_history(down_fp8_))[0];
   }
   auto gate = gate_proj(x);
   auto up = up_proj(x);

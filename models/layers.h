@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "models/fp8_linear.h"
 #include "models/model_args.h"
 #include "models/packed_sequences.h"
 
@@ -69,9 +70,13 @@ class AttentionImpl : public torch::nn::Module {
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // qwen3 only
-  bool fp8_matmuls = false;  // the projections through models/fp8_linear.h (q/k/v as one group)
+  Fp8Recipe fp8 = Fp8Recipe::kOff;  // the projections through models/fp8_linear.h (q/k/v as one group)
 
  private:
+  // The amax histories of the two fp8_linears sites, for Fp8Recipe::kDelayed.
+  Fp8SiteHistory* fp8_history(Fp8SiteHistory& site) { return fp8 == Fp8Recipe::kDelayed ? &site : nullptr; }
+  Fp8SiteHistory qkv_fp8_, o_fp8_;
+
   struct QKV {
     torch::Tensor q, k, v;  // q [B, heads, T, D] and k [B, kv_heads, T, D] after RoPE; v [B, kv_heads, T, D]
   };
@@ -90,7 +95,11 @@ class MLPImpl : public torch::nn::Module {
   // while its backward runs, so keeping it costs nothing at the peak).
   torch::Tensor forward(const torch::Tensor& x, bool recomputing = false);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
-  bool fp8_matmuls = false;  // the projections through models/fp8_linear.h (gate/up as one group)
+  Fp8Recipe fp8 = Fp8Recipe::kOff;  // the projections through models/fp8_linear.h (gate/up as one group)
+
+ private:
+  Fp8SiteHistory* fp8_history(Fp8SiteHistory& site) { return fp8 == Fp8Recipe::kDelayed ? &site : nullptr; }
+  Fp8SiteHistory gate_up_fp8_, down_fp8_;  // for Fp8Recipe::kDelayed
 };
 TORCH_MODULE(MLP);
 
@@ -105,9 +114,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   // The same over the tokens after `cache`'s (AttentionImpl::forward_cached).
   torch::Tensor forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache, size_t layer);
 
-  void set_fp8_matmuls(bool on) {
-    self_attn->fp8_matmuls = on;
-    mlp->fp8_matmuls = on;
+  void set_fp8_recipe(Fp8Recipe recipe) {
+    self_attn->fp8 = recipe;
+    mlp->fp8 = recipe;
   }
 
   Attention self_attn{nullptr};

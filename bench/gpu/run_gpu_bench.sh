@@ -18,7 +18,8 @@
 #   "" skips it; "math" is slow and memory-hungry).
 # BENCH_PROFILE=1: the engine also profiles one more step per run (kineto) and profile_summary.py summarises it.
 # BENCH_REFERENCE=0: engine only (a quick iteration). BENCH_COMPILED=0: no compiled reference.
-# BENCH_FP8=1: each engine row also with engine.fsdp2.fp8 = "tensorwise", right after it (issue 20).
+# BENCH_FP8=1: each engine row also with engine.fsdp2.fp8 = "tensorwise", right after it (issue 20);
+#   BENCH_FP8_RECIPES="tensorwise delayed" runs one such row per recipe.
 # BENCH_AC=off|on|both|mlp|all (default both): which activation-checkpointing settings the engine rows run: off,
 #   on (whole layers recomputed), both; mlp adds the engine with model.gradient_checkpointing_policy = "mlp" (only
 #   the MLP block recomputed) to both, all is off, on and mlp. The references always run off and on; mlp rows are
@@ -75,7 +76,7 @@ references() {  # shape dir
 }
 
 engine() {  # shape dir ac-policy (off, layer, mlp) sdpa-backend ("" = the default choice) [fp8 recipe]
-  local shape=$1 dir=$2 sdpa=$4 fp8=${5:-} tag=$1-ac-$3${4:+-$4}${5:+-fp8} prof="" fpt ac=""
+  local shape=$1 dir=$2 sdpa=$4 fp8=${5:-} tag=$1-ac-$3${4:+-$4}${5:+-fp8-$5} prof="" fpt ac=""
   [ "$3" != off ] && ac="--ac --ac-policy $3"
   [ -s "$out/.flops-$shape" ] || (cd bench/gpu && python3 -c \
     "from reference_fsdp2 import SHAPES, model_flops_per_token as f; print(f(SHAPES['$shape'], 4096))") > "$out/.flops-$shape"
@@ -127,7 +128,9 @@ for shape in $shapes; do
   references $shape $dir; table
   for ac in $engine_acs; do
     engine $shape $dir $ac ""
-    if [ "${BENCH_FP8:-0}" = 1 ]; then engine $shape $dir "$ac" "" tensorwise; fi
+    if [ "${BENCH_FP8:-0}" = 1 ]; then
+      for recipe in ${BENCH_FP8_RECIPES:-tensorwise}; do engine $shape $dir "$ac" "" $recipe; done
+    fi
   done
   table
   if [ "$shape" = 1.5B ]; then

@@ -69,7 +69,7 @@ void FSDPEngine::initialize() {
   torch::manual_seed(static_cast<uint64_t>(args_.engine.seed));
   model_ = build_model();
   if (!model_) throw EngineryError("build_model() returned no model", where(args_, "model.path"));
-  if (fp8_) model_->set_fp8_matmuls(true);
+  if (fp8_ != models::Fp8Recipe::kOff) model_->set_fp8_recipe(fp8_);
   shard_model();
   check_precision_supported();
   build_optimizer();

@@ -127,10 +127,10 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine
   // engine.<backend>.offload_step = host: the offloaded optimizer step runs on the host (AdamW::step_on_host).
   // Read and checked at construction (fsdp_engine_offload_step.cpp).
   static bool host_step_wanted(const EngineConfig& engine);
-  static bool fp8_wanted(const EngineArgs& args, const torch::Device& device);  // fsdp_engine_fp8.cpp
+  static models::Fp8Recipe fp8_wanted(const EngineArgs& args, const torch::Device& device);  // fsdp_engine_fp8.cpp
   bool host_optimizer_step_ = false;
   bool offload_outside_modes_ = false;  // [engine.<backend>] offload_outside_modes (host_api/mode_offload.h)
-  bool fp8_ = false;                    // [engine.<backend>] fp8 = "tensorwise"
+  models::Fp8Recipe fp8_ = models::Fp8Recipe::kOff;  // [engine.<backend>] fp8
   // Parts moved to the CPU by move_state while the engine computes on a GPU.
   bool model_away_ = false;
   bool optimizer_away_ = false;

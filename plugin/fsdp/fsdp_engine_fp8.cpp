@@ -8,13 +8,15 @@
 namespace enginery {
 namespace fsdp {
 
-// "off" (the default) or "tensorwise". Checked when the engine is built, before any work: a build or device that
-// cannot run FP8 GEMMs, or a compute dtype other than bf16, is refused naming the key.
-bool FSDPEngine::fp8_wanted(const EngineArgs& args, const torch::Device& device) {
+// "off" (the default), "tensorwise" or "delayed" (models::Fp8Recipe). Checked when the engine is built, before any
+// work: a build or device that cannot run FP8 GEMMs, or a compute dtype other than bf16, is refused naming the key.
+models::Fp8Recipe FSDPEngine::fp8_wanted(const EngineArgs& args, const torch::Device& device) {
   const auto it = args.engine.backend_options.find("fp8");
-  if (it == args.engine.backend_options.end() || it->second == "off") return false;
+  if (it == args.engine.backend_options.end() || it->second == "off") return models::Fp8Recipe::kOff;
   const std::string key = "engine." + args.engine.strategy + ".fp8";
-  if (it->second != "tensorwise") throw EngineryError("unknown value '" + it->second + "'", key, "off, tensorwise");
+  if (it->second != "tensorwise" && it->second != "delayed") {
+    throw EngineryError("unknown value '" + it->second + "'", key, "off, tensorwise, delayed");
+  }
   if (!compat::kHasScaledMm) {
     throw EngineryError("FP8 matmuls need LibTorch 2.5 or later (at::_scaled_mm); this build has " +
                             std::string(TORCH_VERSION),
@@ -29,7 +31,7 @@ bool FSDPEngine::fp8_wanted(const EngineArgs& args, const torch::Device& device)
     throw EngineryError("FP8 matmuls replace bf16 GEMMs; set engine.mixed_precision.param_dtype = \"bf16\"", key,
                         "off");
   }
-  return true;
+  return it->second == "delayed" ? models::Fp8Recipe::kDelayed : models::Fp8Recipe::kTensorwise;
 }
 
 }  // namespace fsdp

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include "host_api/precision.h"
+#include "kernels/fused_cuda.h"
 #include "models/fp8_linear.h"
 #include "tests/fsdp/fsdp_test_util.h"
 
@@ -122,6 +123,42 @@ TEST(GpuFp8, QuantizationUsesTheRangeAndRoundsWithinTheFormat) {
   }
 }
 
+// fp8 = "delayed": the cast kernel records max |x| in its own pass (raising, never lowering, what is there), and a
+// history's scale is the largest amax it recorded: a smaller tensor then uses part of the range, a larger one
+// saturates at the format's largest value instead of overflowing.
+TEST(GpuFp8, DelayedScalingRecordsTheAmaxInTheCastAndScalesFromTheHistory) {
+  if (!have_fp8()) GTEST_SKIP() << "no FP8 GEMMs here (LibTorch 2.5+ and sm89+)";
+  torch::manual_seed(2);
+  const auto x = (torch::randn({256, 512}, torch::kCUDA) * 3).to(torch::kBFloat16);
+  const auto odd = x.slice(0, 0, 20).slice(1, 0, 36).contiguous();  // the one-wide kernel
+  const auto scale = torch::ones({1}, torch::dtype(torch::kFloat).device(torch::kCUDA));
+  for (const auto& m : {x, odd}) {
+    auto amax = torch::zeros({1}, scale.options());
+    kernels::fp8_scale_cast(m, scale, compat::float8_e4m3(), true, true, amax);
+    EXPECT_EQ(amax.item<float>(), m.abs().max().to(torch::kFloat).item<float>()) << m.sizes();
+    auto higher = torch::full({1}, 1e6, scale.options());
+    kernels::fp8_scale_cast(m, scale, compat::float8_e4m3(), true, false, higher);
+    EXPECT_EQ(higher.item<float>(), 1e6f) << "an amax was lowered";
+  }
+  models::Fp8AmaxHistory history;
+  const double largest = 448.0;
+  auto top = [](const models::Fp8Tensor& q) { return q.data.to(torch::kFloat).abs().max().item<double>(); };
+  const auto first = models::quantize_tensorwise(x, compat::float8_e4m3(), true, false, &history);
+  ASSERT_TRUE(history.recorded);
+  EXPECT_EQ(history.next, 1);
+  EXPECT_EQ(history.amax[0].item<float>(), x.abs().max().to(torch::kFloat).item<float>());
+  EXPECT_GE(top(first), largest * 0.95) << "the first cast measures its own amax";
+  const auto half = models::quantize_tensorwise((x * 0.5).contiguous(), compat::float8_e4m3(), true, false, &history);
+  EXPECT_NEAR(top(half), largest * (1 - 1.0 / 128) / 2, largest / 32) << "scaled from the history, not measured";
+  EXPECT_EQ(history.amax[1].item<float>(), (x * 0.5).abs().max().to(torch::kFloat).item<float>());
+  const auto big = models::quantize_tensorwise((x * 4).contiguous(), compat::float8_e4m3(), true, false, &history);
+  EXPECT_EQ(top(big), largest) << "values above the history's amax saturate";
+  ASSERT_TRUE(torch::isfinite(big.data.to(torch::kFloat)).all().item<bool>());
+  EXPECT_EQ(history.next, 3);
+  const auto after = models::quantize_tensorwise(x, compat::float8_e4m3(), true, false, &history);
+  EXPECT_NEAR(top(after), largest * (1 - 1.0 / 128) / 4, largest / 32) << "the 4x amax is in the history now";
+}
+
 // One input shared by two linears (one with a bias), forward and backward, against float64 math: the outputs and
 // both gradients stay within FP8's error (a few percent of their norm), and the path taken is the FP8 one.
 TEST(GpuFp8, LinearsMatchFloat64WithinFp8Error) {
@@ -156,17 +193,20 @@ TEST(GpuFp8, LinearsMatchFloat64WithinFp8Error) {
   EXPECT_GT(relative_error(ys[0], y0), 0.004);
 }
 
-// [engine.fsdp2] fp8 = "tensorwise" on a real decoder (builtin:qwen2-tiny, every dimension a multiple of 16): the
-// loss follows the bf16 engine's over 30 steps within FP8's noise, learns as much, and differs from it (the FP8
-// GEMMs ran).
-TEST(GpuFp8, EngineLossTracksBf16) {
+// [engine.fsdp2] fp8 = "tensorwise" and "delayed" on a real decoder (builtin:qwen2-tiny, every dimension a multiple
+// of 16): the loss follows the bf16 engine's over 30 steps within FP8's noise, learns as much, and differs from it
+// (the FP8 GEMMs ran).
+class GpuFp8Recipe : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuFp8Recipe, EngineLossTracksBf16) {
   if (!have_fp8()) GTEST_SKIP() << "no FP8 GEMMs here (LibTorch 2.5+ and sm89+)";
-  auto run = [](bool fp8) {
+  const std::string recipe = GetParam();
+  auto run = [&](bool fp8) {
     auto args = cuda_args("fsdp2", "bf16");
     args.model.path = "builtin:qwen2-tiny";
     args.optim.lr = 3e-3;
     args.optim.clip_grad = 1.0;
-    if (fp8) args.engine.backend_options["fp8"] = "tensorwise";
+    if (fp8) args.engine.backend_options["fp8"] = recipe;
     fsdp::FSDPEngine engine(args);
     engine.initialize();
     std::vector<double> losses;
@@ -176,12 +216,14 @@ TEST(GpuFp8, EngineLossTracksBf16) {
     return losses;
   };
   const auto bf16 = run(false), fp8 = run(true);
-  EXPECT_NE(fp8, bf16) << "fp8 = tensorwise computed exactly what bf16 did";
+  EXPECT_NE(fp8, bf16) << "fp8 = " << recipe << " computed exactly what bf16 did";
   EXPECT_LT(fp8.back(), fp8.front() * 0.8) << "fp8 did not learn";
   for (size_t i = 0; i < fp8.size(); ++i) EXPECT_NEAR(fp8[i], bf16[i], 0.03 * bf16[i]) << "step " << i;
-  std::cout << "fp8 vs bf16 loss: step 0 " << fp8.front() << " / " << bf16.front() << ", step 29 " << fp8.back()
-            << " / " << bf16.back() << "\n";
+  std::cout << recipe << " fp8 vs bf16 loss: step 0 " << fp8.front() << " / " << bf16.front() << ", step 29 "
+            << fp8.back() << " / " << bf16.back() << "\n";
 }
+
+INSTANTIATE_TEST_SUITE_P(Recipes, GpuFp8Recipe, ::testing::Values("tensorwise", "delayed"));
 
 }  // namespace
 }  // namespace fsdp_test

@@ -181,11 +181,13 @@ TEST(PrecisionFp8, RefusedByNameWhereItCannotRun) {
     return std::string();
   };
   EXPECT_EQ(message("off"), "");
-  EXPECT_NE(message("rowwise").find("(allowed: off, tensorwise)"), std::string::npos);
-  const std::string cpu = message("tensorwise");
+  EXPECT_NE(message("rowwise").find("(allowed: off, tensorwise, delayed)"), std::string::npos);
   const std::string why = compat::kHasScaledMm ? "compute capability 8.9 or later; this engine runs on cpu"
                                                : "LibTorch 2.5 or later";
-  EXPECT_NE(cpu.find(why), std::string::npos) << cpu;
+  for (const char* recipe : {"tensorwise", "delayed"}) {
+    const std::string cpu = message(recipe);
+    EXPECT_NE(cpu.find(why), std::string::npos) << cpu;
+  }
 }
 
 }  // namespace
