@@ -25,7 +25,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--warmup", f.warmup, "untimed steps first");
   app.add_option("--lr", f.lr);
   app.add_flag("--ac", f.ac, "activation checkpointing (model.enable_gradient_checkpointing)");
-  app.add_option("--ac-policy", f.ac_policy, "model.gradient_checkpointing_policy with --ac: layer or mlp")
+  app.add_option("--ac-policy", f.ac_policy,
+                 "engine.<backend>.gradient_checkpointing_policy with --ac: layer or mlp")
       ->check(CLI::IsMember({"layer", "mlp"}));
   app.add_flag("--param-offload", f.param_offload, "engine.param_offload: masters, shard grads in pinned host memory");
   app.add_flag("--optimizer-offload", f.optimizer_offload, "engine.optimizer_offload: AdamW state in host memory");
@@ -60,7 +61,7 @@ EngineArgs engine_args(const Rank& rank, const EngineFlags& f) {
   args.store = rank.store;
   args.model.path = f.model_dir;
   args.model.enable_gradient_checkpointing = f.ac;
-  if (f.ac) args.model.gradient_checkpointing_policy = f.ac_policy;
+  if (f.ac) args.engine.backend_options["gradient_checkpointing_policy"] = f.ac_policy;
   args.engine.strategy = f.backend;
   args.engine.micro_batch_size_per_gpu = f.mbs;
   args.engine.param_offload = f.param_offload;

@@ -22,7 +22,7 @@ struct EngineFlags {
   std::string model_dir, plugin_dir, device = "cuda", backend = "fsdp2", out;
   int64_t mbs = 2, steps = 20, warmup = 5;
   bool ac = false;
-  std::string ac_policy = "layer";  // model.gradient_checkpointing_policy, with ac
+  std::string ac_policy = "layer";  // engine.<backend>.gradient_checkpointing_policy, with ac
   bool param_offload = false, optimizer_offload = false;  // engine.param_offload / engine.optimizer_offload
   std::string offload_step;                               // engine.<backend>.offload_step (device, host)
   std::string fp8;                                        // engine.<backend>.fp8 (off, tensorwise, delayed)

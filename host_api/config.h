@@ -26,9 +26,6 @@ struct ModelConfig {
   std::string path = "builtin:qwen2-tiny";
   std::string tokenizer_path;  // unused by the engines; kept so verl configs load unchanged
   bool enable_gradient_checkpointing = false;  // verl defaults to true; off here so the CPU demo stays fast
-  // What checkpointing recomputes: "layer" (each decoder layer whole) or "mlp" (only its MLP block; attention's
-  // activations are kept). docs/ARCHITECTURE.md, "Activation checkpointing".
-  std::string gradient_checkpointing_policy = "layer";
   bool use_remove_padding = false;
   bool trust_remote_code = false;
   std::optional<c10::ScalarType> override_dtype;  // dtype the weights are loaded in before sharding (fp32 default)

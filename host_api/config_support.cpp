@@ -159,23 +159,6 @@ ConfigKnob contents_knob(const std::string& key, std::vector<std::string>& (*fie
   return knob;
 }
 
-ConfigKnob checkpointing_policy_knob() {
-  ConfigKnob knob;
-  knob.key = "model.gradient_checkpointing_policy";
-  knob.unsupported_value = [](const ConfigSupport& s, const EngineArgs& a) -> std::string {
-    const auto& policy = a.model.gradient_checkpointing_policy;
-    return contains(s.checkpointing_policies, policy) ? "" : policy;
-  };
-  knob.allowed = [](const ConfigSupport& s) { return join(s.checkpointing_policies); };
-  knob.set_unsupported = [](const ConfigSupport& s, EngineArgs& a) {
-    if (contains(s.checkpointing_policies, std::string("mlp"))) return false;
-    a.model.enable_gradient_checkpointing = true;
-    a.model.gradient_checkpointing_policy = "mlp";
-    return true;
-  };
-  return knob;
-}
-
 ConfigKnob backend_options_knob() {
   ConfigKnob knob;
   knob.key = "engine.<backend>";
@@ -232,7 +215,6 @@ std::vector<ConfigKnob> make_knobs() {
                         [](A& a) -> bool& { return a.engine.entropy_from_logits_with_chunking; }, true));
   k.push_back(flag_knob("model.use_remove_padding", &ConfigSupport::remove_padding,
                         [](A& a) -> bool& { return a.model.use_remove_padding; }, false));
-  k.push_back(checkpointing_policy_knob());
   k.push_back(flag_knob("checkpoint.async_save", &ConfigSupport::async_save,
                         [](A& a) -> bool& { return a.checkpoint.async_save; }, false));
   k.push_back(contents_knob("checkpoint.save_contents",

@@ -34,7 +34,6 @@ struct ConfigSupport {
   bool dynamic_bsz = false;                // engine.use_dynamic_bsz (and engine.max_token_len_per_gpu)
   bool unchunked_entropy = false;          // engine.entropy_from_logits_with_chunking = false
   bool remove_padding = false;             // model.use_remove_padding
-  std::vector<std::string> checkpointing_policies = {"layer"};  // model.gradient_checkpointing_policy
   bool async_save = false;                 // checkpoint.async_save
   // checkpoint.save_contents / load_contents: the items understood, and whether a subset of the default
   // {model, optimizer, extra} is honoured (false: only the default list is accepted).

@@ -35,8 +35,10 @@ c10::ScalarType output_dtype(const torch::Tensor& x) {
 class Fp8LinearsFunction : public torch::autograd::Function<Fp8LinearsFunction> {
  public:
   // `site`: the Fp8SiteHistory's address (delayed scaling) or 0 (tensor-wise); saved_data holds IValues only, and
-  // the layer that owns the histories outlives its graphs.
-  static variable_list forward(AutogradContext* ctx, torch::Tensor x, at::TensorList weights, int64_t site) {
+  // the layer that owns the histories outlives its graphs. `use`: an Fp8HistoryUse, for the forward's casts.
+  static variable_list forward(AutogradContext* ctx, torch::Tensor x, at::TensorList weights, int64_t site,
+                               int64_t use) {
+    const auto history_use = static_cast<Fp8HistoryUse>(use);
     const int64_t k = x.size(-1);
     const auto out_dtype = output_dtype(x);
     auto* history = reinterpret_cast<Fp8SiteHistory*>(site);
@@ -46,13 +48,13 @@ class Fp8LinearsFunction : public torch::autograd::Function<Fp8LinearsFunction> 
     }
     // x row-major for these GEMMs, x^T (x column-major) for the weight gradients: only the latter is kept.
     const Fp8Tensor qx = quantize_tensorwise(x.reshape({-1, k}).contiguous(), compat::float8_e4m3(), true, true,
-                                             history != nullptr ? &history->input : nullptr);
+                                             history != nullptr ? &history->input : nullptr, history_use);
     std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
     variable_list outputs;
     for (size_t i = 0; i < weights.size(); ++i) {
       const auto& w = weights[i];
       const Fp8Tensor qw = quantize_tensorwise(w, compat::float8_e4m3(), true, false,
-                                               history != nullptr ? &history->weights[i] : nullptr);
+                                               history != nullptr ? &history->weights[i] : nullptr, history_use);
       auto y = compat::scaled_mm(qx.data, qw.data.t(), qx.inv_scale, qw.inv_scale, out_dtype, /*fast_accum=*/true);
       out_shape.back() = w.size(0);
       outputs.push_back(y.view(out_shape));
@@ -74,7 +76,7 @@ class Fp8LinearsFunction : public torch::autograd::Function<Fp8LinearsFunction> 
     const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const size_t n = saved.size() - 2;
     auto* history = reinterpret_cast<Fp8SiteHistory*>(ctx->saved_data["site"].toInt());
-    variable_list result(1 + n + 1);  // x, the weights, the site (none)
+    variable_list result(1 + n + 2);  // x, the weights, the site and the use (none)
     torch::Tensor dx;
     for (size_t i = 0; i < n; ++i) {
       if (!grads[i].defined()) continue;
@@ -100,25 +102,31 @@ bool multiple_of_16(int64_t n) { return n % 16 == 0; }
 }  // namespace
 
 Fp8Tensor quantize_tensorwise(const torch::Tensor& x, c10::ScalarType float8_type, bool row_major, bool transposed,
-                              Fp8AmaxHistory* history) {
+                              Fp8AmaxHistory* history, Fp8HistoryUse use) {
   torch::NoGradGuard no_grad;
   const bool fused = kernels::applies(x) && x.dim() == 2 && x.is_contiguous();
   if (!fused) history = nullptr;  // only enginery's cast kernel records amaxes
-  // amax in one pass (the inf-norm), in fp32, unless the history has one; an all-zero tensor gets a finite scale.
-  auto amax = history != nullptr && history->recorded
-                  ? history->amax.max()
-                  : torch::linalg_vector_norm(x, std::numeric_limits<double>::infinity(), at::OptionalIntArrayRef(),
-                                              /*keepdim=*/false, torch::kFloat);
-  amax = amax.clamp_min(1e-12);
-  // The 1/128 margin keeps x * scale inside the format after that product is rounded to x's dtype (bf16 rounds by
-  // at most 2^-9 relative) on the ATen path, which has no saturating cast. With delayed scaling a value above the
-  // history's amax saturates at the format's largest value (the kernel's conversion), as in other delayed recipes.
-  auto scale = (largest_finite(float8_type) * (1.0 - 1.0 / 128.0)) / amax;
+  torch::Tensor scale;
+  if (history != nullptr && use == Fp8HistoryUse::kReplay && history->last_scale.defined()) {
+    scale = history->last_scale;
+  } else {
+    // amax in one pass (the inf-norm), in fp32, unless the history has one; an all-zero tensor gets a finite scale.
+    auto amax = history != nullptr && history->recorded
+                    ? history->amax.max()
+                    : torch::linalg_vector_norm(x, std::numeric_limits<double>::infinity(), at::OptionalIntArrayRef(),
+                                                /*keepdim=*/false, torch::kFloat);
+    // The 1/128 margin keeps x * scale inside the format after that product is rounded to x's dtype (bf16 rounds
+    // by at most 2^-9 relative) on the ATen path, which has no saturating cast. With delayed scaling a value above
+    // the history's amax saturates at the format's largest value (the kernel's conversion), as in other delayed
+    // recipes.
+    scale = (largest_finite(float8_type) * (1.0 - 1.0 / 128.0)) / amax.clamp_min(1e-12);
+  }
   Fp8Tensor q;
   q.inv_scale = scale.reciprocal();
   if (fused) {
     torch::Tensor slot;
-    if (history != nullptr) {
+    if (history != nullptr && use == Fp8HistoryUse::kRecord) {
+      history->last_scale = scale;
       if (!history->amax.defined()) history->amax = torch::zeros({kAmaxHistory}, x.options().dtype(torch::kFloat));
       slot = history->amax.narrow(0, history->next, 1);
       slot.zero_();  // after the scale above read it: this cast's amax replaces the oldest
@@ -144,7 +152,7 @@ bool fp8_linears_apply(const torch::Tensor& x, const std::vector<torch::nn::Line
 }
 
 std::vector<torch::Tensor> fp8_linears(const torch::Tensor& x, const std::vector<torch::nn::Linear>& layers,
-                                       Fp8SiteHistory* delayed) {
+                                       Fp8SiteHistory* delayed, Fp8HistoryUse use) {
   std::vector<torch::Tensor> outputs;
   if (!fp8_linears_apply(x, layers)) {
     for (auto layer : layers) outputs.push_back(layer->forward(x));  // a holder copy: forward is not const
@@ -152,7 +160,8 @@ std::vector<torch::Tensor> fp8_linears(const torch::Tensor& x, const std::vector
   }
   std::vector<torch::Tensor> weights;
   for (const auto& layer : layers) weights.push_back(layer->weight);
-  outputs = Fp8LinearsFunction::apply(x, at::TensorList(weights), reinterpret_cast<int64_t>(delayed));
+  outputs = Fp8LinearsFunction::apply(x, at::TensorList(weights), reinterpret_cast<int64_t>(delayed),
+                                      static_cast<int64_t>(use));
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i]->bias.defined()) outputs[i] = outputs[i] + layers[i]->bias.to(outputs[i].scalar_type());
   }

@@ -19,9 +19,19 @@ constexpr int64_t kAmaxHistory = 16;
 
 // The amaxes the casts of one operand recorded (delayed scaling). On the operand's device once used; never saved.
 struct Fp8AmaxHistory {
-  torch::Tensor amax;  // fp32 [kAmaxHistory]
-  int64_t next = 0;    // the slot the next cast records into
+  torch::Tensor amax;        // fp32 [kAmaxHistory]
+  int64_t next = 0;          // the slot the next cast records into
   bool recorded = false;
+  torch::Tensor last_scale;  // the scale of the last recording cast
+};
+
+// How a cast uses its operand's history.
+enum class Fp8HistoryUse {
+  kRecord,  // scale from the history, this cast's amax recorded: a training forward, every backward cast
+  kRead,    // scale from the history, nothing recorded: an eval forward (the training forward after it, e.g. on the
+            // same RL batch, then scales alike)
+  kReplay,  // the last recording cast's scale, nothing recorded: a recomputed forward (activation checkpointing)
+            // repeats the forward it stands for
 };
 // One call site of fp8_linears (a layer's q/k/v group, its o projection, ...): its input, each weight and each
 // output gradient.
@@ -37,11 +47,12 @@ struct Fp8SiteHistory {
 // shared by the group) and the weights by reference, as aten's linear does. The master weights, the optimizer and
 // everything outside these GEMMs keep their dtypes. Where fp8_linears_apply is false (a CPU tensor, a LibTorch
 // without _scaled_mm, a dimension not a multiple of 16) the layers run as they are.
-// `delayed` (the site's histories, kept by the caller for as long as the graph lives): delayed scaling; nullptr:
-// tensor-wise.
+// `delayed` (the site's histories, kept by the caller for as long as the graph lives): delayed scaling, the forward
+// casts using them as `use` says (the backward's always record); nullptr: tensor-wise.
 bool fp8_linears_apply(const torch::Tensor& x, const std::vector<torch::nn::Linear>& layers);
 std::vector<torch::Tensor> fp8_linears(const torch::Tensor& x, const std::vector<torch::nn::Linear>& layers,
-                                       Fp8SiteHistory* delayed = nullptr);
+                                       Fp8SiteHistory* delayed = nullptr,
+                                       Fp8HistoryUse use = Fp8HistoryUse::kRecord);
 
 // The tensor-wise quantization of a matrix x [R, C]: data * inv_scale approximates x. A GEMM operand is needed in
 // one of two layouts (row-major, or column-major = the transpose stored row-major), so both can be produced from
@@ -52,9 +63,10 @@ struct Fp8Tensor {
   torch::Tensor inv_scale;  // float32, one element
 };
 // With `history` (enginery's kernel only: a contiguous CUDA matrix) the scale comes from the history once it has a
-// recorded amax, and this cast records x's amax into it.
+// recorded amax (or, kReplay, is its last recording cast's), and a kRecord cast records x's amax into it.
 Fp8Tensor quantize_tensorwise(const torch::Tensor& x, c10::ScalarType float8_type, bool row_major = true,
-                              bool transposed = false, Fp8AmaxHistory* history = nullptr);
+                              bool transposed = false, Fp8AmaxHistory* history = nullptr,
+                              Fp8HistoryUse use = Fp8HistoryUse::kRecord);
 
 }  // namespace models
 }  // namespace enginery

@@ -25,20 +25,19 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return weight * h.to(x.scalar_type());
 }
 
-Recompute recompute_policy(bool enabled, const std::string& policy) {
+Recompute recompute_policy(bool enabled, const std::string& policy, const std::string& key) {
   Recompute chosen;
   if (policy == "layer") {
     chosen = Recompute::kLayer;
   } else if (policy == "mlp") {
     chosen = Recompute::kMlp;
   } else {
-    throw EngineryError("unknown policy '" + policy + "'", "model.gradient_checkpointing_policy",
-                        recompute_policy_values());
+    throw EngineryError("unknown policy '" + policy + "'", key, recompute_policy_values());
   }
   if (!enabled && chosen != Recompute::kLayer) {
-    throw EngineryError("model.gradient_checkpointing_policy = " + policy +
+    throw EngineryError(key + " = " + policy +
                             " chooses what checkpointing recomputes, but model.enable_gradient_checkpointing is false",
-                        "model.gradient_checkpointing_policy",
+                        key,
                         "layer (the default) with checkpointing off; any of " + std::string(recompute_policy_values()) +
                             " with model.enable_gradient_checkpointing = true");
   }
@@ -105,9 +104,9 @@ AttentionImpl::AttentionImpl(const ModelArgs& a)
   }
 }
 
-AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTables& rope) {
+AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTables& rope, Fp8HistoryUse use) {
   const int64_t b = x.size(0), t = x.size(1);
-  const auto qkv = fp8 != Fp8Recipe::kOff ? fp8_linears(x, {q_proj, k_proj, v_proj}, fp8_history(qkv_fp8_))
+  const auto qkv = fp8 != Fp8Recipe::kOff ? fp8_linears(x, {q_proj, k_proj, v_proj}, fp8_history(qkv_fp8_), use)
                                : std::vector<torch::Tensor>{q_proj(x), k_proj(x), v_proj(x)};
   auto q = qkv[0].view({b, t, heads_, head_dim_});
   auto k = qkv[1].view({b, t, kv_heads_, head_dim_});
@@ -119,13 +118,14 @@ AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTabl
   return {apply_rope(q, rope), apply_rope(k, rope), v};
 }
 
-torch::Tensor AttentionImpl::project_out(const torch::Tensor& x) {
-  return fp8 != Fp8Recipe::kOff ? fp8_linears(x, {o_proj}, fp8_history(o_fp8_))[0] : o_proj(x);
+torch::Tensor AttentionImpl::project_out(const torch::Tensor& x, Fp8HistoryUse use) {
+  return fp8 != Fp8Recipe::kOff ? fp8_linears(x, {o_proj}, fp8_history(o_fp8_), use)[0] : o_proj(x);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
   const int64_t b = x.size(0), t = x.size(1);
-  auto qkv = project(x, ctx.rope);
+  const Fp8HistoryUse use = fp8_history_use(*this, ctx.recomputing);
+  auto qkv = project(x, ctx.rope, use);
   auto q = std::move(qkv.q), k = std::move(qkv.k), v = std::move(qkv.v);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   if (ctx.packed.defined()) {
@@ -133,14 +133,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
     const auto dtype = v.scalar_type();
     auto out = packed_causal_attention(q[0].transpose(0, 1).to(dtype), k[0].transpose(0, 1).to(dtype),
                                        v[0].transpose(0, 1), ctx.packed, scale);
-    return project_out(out.reshape({b, t, heads_ * head_dim_}));
+    return project_out(out.reshape({b, t, heads_ * head_dim_}), use);
   }
   // Under autocast q/k/v may differ in dtype (rope promotes); the fused kernels want one.
   const auto dtype = v.scalar_type();
   q = q.to(dtype);
   k = k.to(dtype);
   auto merge_heads = [&](const torch::Tensor& out) {
-    return project_out(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+    return project_out(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}), use);
   };
   if (x.is_cuda() && !ctx.mask.defined()) {
     // k and v keep their kv_heads here: the fused kernels read kv head h / (heads / kv_heads) themselves, so no
@@ -166,7 +166,7 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const Attent
                                             size_t layer) {
   if (!ctx.mask.defined()) throw EngineryError("a cached forward needs ctx.mask", "AttentionImpl::forward_cached");
   const int64_t b = x.size(0), t = x.size(1);
-  auto qkv = project(x, ctx.rope);
+  auto qkv = project(x, ctx.rope, Fp8HistoryUse::kRead);  // inference: the histories are only read
   const auto dtype = qkv.v.scalar_type();
   auto kv = cache.append(layer, qkv.k, qkv.v);
   const int64_t s = kv.first.size(2), rep = heads_ / kv_heads_;
@@ -178,7 +178,8 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const Attent
                        : ctx.mask.unsqueeze(2).expand({b, 1, rep, t, s}).reshape({b, 1, rep * t, s});
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   auto out = compat::sdpa(q, kv.first, kv.second, mask, /*is_causal=*/false, scale);
-  return project_out(out.reshape({b, heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+  return project_out(out.reshape({b, heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, heads_ * head_dim_}),
+                     Fp8HistoryUse::kRead);
 }
 
 MLPImpl::MLPImpl(const ModelArgs& a) {
@@ -192,8 +193,9 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x, bool recomputing) {
   if (fp8 != Fp8Recipe::kOff) {
     // The down projection is an FP8 GEMM of its own, so swiglu_down's fusion (a bf16 GEMM) does not apply; its
     // backward differs from a bf16 linear's, so it runs whole when recomputed too.
-    const auto gate_up = fp8_linears(x, {gate_proj, up_proj}, fp8_history(gate_up_fp8_));
-    return fp8_linears(swiglu(gate_up[0], gate_up[1]), {down_proj}, fp8_history(down_fp8_))[0];
+    const Fp8HistoryUse use = fp8_history_use(*this, recomputing);
+    const auto gate_up = fp8_linears(x, {gate_proj, up_proj}, fp8_history(gate_up_fp8_), use);
+    return fp8_linears(swiglu(gate_up[0], gate_up[1]), {down_proj}, fp8_history(down_fp8_), use)[0];
   }
   auto gate = gate_proj(x);
   auto up = up_proj(x);

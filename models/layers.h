@@ -15,6 +15,13 @@ namespace models {
 
 class KVCache;  // models/kv_cache.h
 
+// How a forward of `module` uses its FP8 amax histories: a recomputation replays, a training forward records, an
+// eval forward (module.eval()) only reads.
+inline Fp8HistoryUse fp8_history_use(const torch::nn::Module& module, bool recomputing) {
+  if (recomputing) return Fp8HistoryUse::kReplay;
+  return module.is_training() ? Fp8HistoryUse::kRecord : Fp8HistoryUse::kRead;
+}
+
 // y = w * (x / rms(x)), computed in fp32 and cast back to the input dtype before the weight, as transformers does.
 class RMSNormImpl : public torch::nn::Module {
  public:
@@ -35,7 +42,7 @@ torch::Tensor rope_inv_freq(const ModelArgs& args);  // [head_dim / 2] fp32, wit
 RopeTables rope_tables(const torch::Tensor& inv_freq, const torch::Tensor& position_ids);
 
 // What backward recomputes of each decoder layer instead of keeping it from the forward
-// (model.enable_gradient_checkpointing, model.gradient_checkpointing_policy; docs/ARCHITECTURE.md,
+// (model.enable_gradient_checkpointing, [engine.<backend>] gradient_checkpointing_policy; docs/ARCHITECTURE.md,
 // "Activation checkpointing").
 enum class Recompute {
   kNothing,  // every activation kept
@@ -43,9 +50,9 @@ enum class Recompute {
   kMlp,      // attention's activations kept; backward runs the MLP block again: its norm, the gate/up GEMMs and
              // SwiGLU, not the down GEMM ("mlp")
 };
-// The policy named by the config: `enabled` false is kNothing; `policy` "layer" or "mlp", else an error naming
-// model.gradient_checkpointing_policy and its values.
-Recompute recompute_policy(bool enabled, const std::string& policy);
+// The policy named by the config: `enabled` false is kNothing; `policy` "layer" or "mlp", else an error naming `key`
+// (the config field) and the values. A policy other than "layer" with checkpointing off is refused, not ignored.
+Recompute recompute_policy(bool enabled, const std::string& policy, const std::string& key);
 const char* recompute_policy_values();  // "layer, mlp"
 
 // What every layer of one forward shares: rotary tables and the attention mask.
@@ -80,8 +87,8 @@ class AttentionImpl : public torch::nn::Module {
   struct QKV {
     torch::Tensor q, k, v;  // q [B, heads, T, D] and k [B, kv_heads, T, D] after RoPE; v [B, kv_heads, T, D]
   };
-  QKV project(const torch::Tensor& x, const RopeTables& rope);
-  torch::Tensor project_out(const torch::Tensor& x);  // o_proj
+  QKV project(const torch::Tensor& x, const RopeTables& rope, Fp8HistoryUse use);
+  torch::Tensor project_out(const torch::Tensor& x, Fp8HistoryUse use);  // o_proj
 
   int64_t heads_, kv_heads_, head_dim_;
 };

@@ -120,7 +120,7 @@ std::shared_ptr<DecoderModel> build_model(const ModelConfig& cfg, const std::str
     load_weights(*model, source.name, options.seed);
   }
   model->to(options.device, cfg.override_dtype.value_or(c10::kFloat));
-  model->set_recompute(recompute_policy(cfg.enable_gradient_checkpointing, cfg.gradient_checkpointing_policy));
+  model->set_gradient_checkpointing(cfg.enable_gradient_checkpointing);
   return model;
 }
 

@@ -20,8 +20,8 @@ struct BuildOptions {
 
 // cfg.path: an HF model directory (config.json + model.safetensors or a sharded index) or "builtin:<name>".
 // model_type: "language_model" | "value_model". Parameters are loaded in cfg.override_dtype (default fp32);
-// cfg.enable_gradient_checkpointing and cfg.gradient_checkpointing_policy choose what backward recomputes
-// (models::Recompute).
+// cfg.enable_gradient_checkpointing turns on per-layer recomputation (models::Recompute::kLayer; an engine may
+// choose another policy after building).
 std::shared_ptr<DecoderModel> build_model(const ModelConfig& cfg, const std::string& model_type,
                                           const BuildOptions& options = {});
 

@@ -10,7 +10,6 @@
 
 #include "host_api/error.h"
 #include "host_api/precision.h"
-#include "models/layers.h"
 #include "models/model_args.h"
 #include "support/toml_guard.h"
 #include "trainer/config_schema.h"
@@ -463,11 +462,6 @@ void check_values(const TrainConfig& c) {
   }
   if (c.trainer.experiment_name.empty()) throw EngineryError("trainer.experiment_name is empty", c.where("trainer.experiment_name"));
   check_optimizer_values(c);
-  try {
-    models::recompute_policy(c.model.enable_gradient_checkpointing, c.model.gradient_checkpointing_policy);
-  } catch (const EngineryError& e) {
-    throw EngineryError(e.what_failed(), c.where("model.gradient_checkpointing_policy"), e.allowed());
-  }
   const ModelSource source = c.model.source();
   if (source.is_builtin()) {
     try {

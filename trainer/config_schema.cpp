@@ -28,7 +28,6 @@ void visit_model_and_engine(ConfigVisitor& v, TrainConfig& c) {
   v.field("model.path", m.path);
   v.field("model.tokenizer_path", m.tokenizer_path);
   v.field("model.enable_gradient_checkpointing", m.enable_gradient_checkpointing);
-  v.choice("model.gradient_checkpointing_policy", m.gradient_checkpointing_policy, {"layer", "mlp"});
   v.field("model.use_remove_padding", m.use_remove_padding);
   v.field("model.trust_remote_code", m.trust_remote_code);
   v.optional_precision("model.override_dtype", m.override_dtype);

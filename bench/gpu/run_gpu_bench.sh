@@ -21,9 +21,9 @@
 # BENCH_FP8=1: each engine row also with engine.fsdp2.fp8 = "tensorwise", right after it (issue 20);
 #   BENCH_FP8_RECIPES="tensorwise delayed" runs one such row per recipe.
 # BENCH_AC=off|on|both|mlp|all (default both): which activation-checkpointing settings the engine rows run: off,
-#   on (whole layers recomputed), both; mlp adds the engine with model.gradient_checkpointing_policy = "mlp" (only
-#   the MLP block recomputed) to both, all is off, on and mlp. The references always run off and on; mlp rows are
-#   compared with their AC-on rows.
+#   on (whole layers recomputed), both, mlp (only engine.<backend>.gradient_checkpointing_policy = "mlp": the MLP
+#   block recomputed), all (off, on and mlp). The references always run off and on; mlp rows are compared with
+#   their AC-on rows.
 set -eo pipefail
 out=${1:-bench/results}; shift || true
 shapes=${*:-1.5B 3B 0.5B}

@@ -3,8 +3,8 @@
 // (coalesced along the columns), writes the row-major bytes straight away and the transposed ones through shared
 // memory, so both writes are coalesced too. Where both dimensions are multiples of 8 each thread moves 8
 // elements per access (16-byte loads of bf16, 8-byte stores); otherwise one. The conversion saturates at the
-// format's largest finite value. With `amax` given, the same pass also records max |x| there (atomicMax over the
-// blocks), the amax delayed scaling uses for the next cast of this operand.
+// format's largest finite value. With `amax` given, the same pass also records max |x| over the finite elements
+// there (atomicMax over the blocks), the amax delayed scaling uses for the next casts of this operand.
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -26,6 +26,10 @@ template <__nv_fp8_interpretation_t F>
 __device__ __forceinline__ uint8_t to_fp8(float v) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, F);
 }
+
+// |v| as the amax records it: an inf would make every later scale from the history 0 (and its casts NaN), so only
+// finite values count; the cast itself saturates an inf at the format's largest value.
+__device__ __forceinline__ float recordable(float v) { return isfinite(v) ? fabsf(v) : 0.0f; }
 
 // The block's largest `v` into *amax (all kThreads threads call it; `tid` 0..kThreads-1). Non-negative floats order
 // as their bit patterns, so an unsigned atomicMax on the bits is a float max; NaN is dropped by fmaxf.
@@ -57,7 +61,7 @@ __global__ void fp8_scale_cast_kernel(const T* __restrict__ src, int64_t rows, i
     const int64_t row = row0 + r, col = col0 + tx;
     if (row < rows && col < cols) {
       const float v = to_float(src[row * cols + col]);
-      largest = fmaxf(largest, fabsf(v));
+      largest = fmaxf(largest, recordable(v));
       const uint8_t q = to_fp8<F>(v * s);
       if (out != nullptr) out[row * cols + col] = q;
       tile[r][tx] = q;
@@ -100,7 +104,7 @@ __global__ void fp8_scale_cast_vec_kernel(const T* __restrict__ src, int64_t row
 #pragma unroll
       for (int k = 0; k < Pack<T>::kSize; ++k) {
         const float x = to_float(v.v[k]);
-        largest = fmaxf(largest, fabsf(x));
+        largest = fmaxf(largest, recordable(x));
         q.b[p * Pack<T>::kSize + k] = to_fp8<F>(x * s);
       }
     }

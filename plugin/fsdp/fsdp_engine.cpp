@@ -30,7 +30,8 @@ FSDPEngine::FSDPEngine(EngineArgs args, ModelBuilder model_builder)
       layout_(layout_for_backend(args_.engine.strategy)),
       host_optimizer_step_(host_step_wanted(args_.engine)),
       offload_outside_modes_(offloads_outside_modes(args_.engine)),
-      fp8_(fp8_wanted(args_, device_)) {}
+      fp8_(fp8_wanted(args_, device_)),
+      recompute_(recompute_wanted(args_)) {}
 
 ConfigSupport FSDPEngine::config_support(const std::string& device) {
   ConfigSupport s;
@@ -49,14 +50,13 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   s.keep_params_after_forward = true;
   s.dynamic_bsz = true;  // the host's loop forms the micro-batches; forward_step takes any number of rows
   s.remove_padding = true;  // the model packs each micro-batch's valid tokens (models/packed_sequences.h)
-  s.checkpointing_policies = {"layer", "mlp"};  // models::Recompute
   // Offload keeps state in host memory between uses (fsdp_engine_offload_step.cpp). Accepted on a CPU engine too,
   // where that is where the state lives already: the same staging code runs there with plain copies.
   s.param_offload = true;
   s.optimizer_offload = true;
   // [engine.<backend>] offload_step = "device" | "host"; offload_outside_modes = true | false (mode_offload.h);
   // fp8 = "off" | "tensorwise" (fsdp_engine_fp8.cpp).
-  s.backend_options = {"offload_step", kOffloadOutsideModes, "fp8"};
+  s.backend_options = {"offload_step", kOffloadOutsideModes, "fp8", kCheckpointingPolicy};
   s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
   s.checkpoint_content_subsets = true;
   return s;
@@ -70,6 +70,7 @@ void FSDPEngine::initialize() {
   model_ = build_model();
   if (!model_) throw EngineryError("build_model() returned no model", where(args_, "model.path"));
   if (fp8_ != models::Fp8Recipe::kOff) model_->set_fp8_recipe(fp8_);
+  apply_recompute_policy();
   shard_model();
   check_precision_supported();
   build_optimizer();

@@ -20,6 +20,7 @@
 #include "host_api/base_engine.h"
 #include "host_api/config_support.h"
 #include "models/decoder_model.h"
+#include "models/layers.h"
 #include "plugin/fsdp/adamw.h"
 #include "plugin/fsdp/fsdp_export.h"
 #include "plugin/fsdp/fsdp_module.h"
@@ -30,6 +31,10 @@ namespace enginery {
 namespace fsdp {
 
 using ModelBuilder = std::function<std::shared_ptr<models::DecoderModel>(const EngineArgs& args)>;
+
+// [engine.<backend>] gradient_checkpointing_policy = "layer" | "mlp" (models::Recompute). A backend option rather
+// than a ModelConfig field: a new field would change EngineArgs' layout for every 2.x plugin.
+inline constexpr const char* kCheckpointingPolicy = "gradient_checkpointing_policy";
 
 class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine, public WeightExportingEngine {
  public:
@@ -128,9 +133,14 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine
   // Read and checked at construction (fsdp_engine_offload_step.cpp).
   static bool host_step_wanted(const EngineConfig& engine);
   static models::Fp8Recipe fp8_wanted(const EngineArgs& args, const torch::Device& device);  // fsdp_engine_fp8.cpp
+  // [engine.<backend>] gradient_checkpointing_policy, read and checked at construction; applied to the built model
+  // (fsdp_engine_recompute.cpp).
+  static models::Recompute recompute_wanted(const EngineArgs& args);
+  void apply_recompute_policy();
   bool host_optimizer_step_ = false;
   bool offload_outside_modes_ = false;  // [engine.<backend>] offload_outside_modes (host_api/mode_offload.h)
   models::Fp8Recipe fp8_ = models::Fp8Recipe::kOff;  // [engine.<backend>] fp8
+  models::Recompute recompute_ = models::Recompute::kNothing;
   // Parts moved to the CPU by move_state while the engine computes on a GPU.
   bool model_away_ = false;
   bool optimizer_away_ = false;

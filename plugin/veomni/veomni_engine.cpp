@@ -63,8 +63,9 @@ ConfigSupport VeOmniEngine::config_support(const std::string& device) {
   s.scaler_modes = {ScalerMode::kAuto, ScalerMode::kNever};
   s.hsdp = false;
   s.keep_params_after_forward = false;
-  // The last three are FSDPEngine's.
-  s.backend_options = {"enable_full_shard", "mixed_precision", "offload_step", kOffloadOutsideModes, "fp8"};
+  // The last four are FSDPEngine's.
+  s.backend_options = {"enable_full_shard", "mixed_precision", "offload_step", kOffloadOutsideModes, "fp8",
+                       fsdp::kCheckpointingPolicy};
   return s;
 }
 
@@ -96,8 +97,7 @@ std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
   const models::ModelArgs margs =
       source.is_builtin() ? models::builtin_args(source.name) : models::read_hf_config(source.name);
   auto model = structure_only(margs, head);
-  model->set_recompute(
-      models::recompute_policy(args_.model.enable_gradient_checkpointing, args_.model.gradient_checkpointing_policy));
+  model->set_gradient_checkpointing(args_.model.enable_gradient_checkpointing);
   return model;
 }
 

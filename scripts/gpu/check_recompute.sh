@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run THERE (the GPU machine), from the repo root, in one device call (carry .deps): the activation-checkpointing
-# policies (model.gradient_checkpointing_policy, issue 20) on CUDA. First the three-way comparison of
+# policies (engine.<backend>.gradient_checkpointing_policy, issue 20) on CUDA. First the three-way comparison of
 # run_gpu_bench.sh in budget mode for the given shapes (both references, the engine with AC off, per layer and
 # "mlp", each engine row profiled), then the models' GPU tests and the GEMM fusion probe
 # (bench/gpu/gemm_fusion_probe.py). Prints what matters to stdout; the logs, rows and profiles are under OUT.

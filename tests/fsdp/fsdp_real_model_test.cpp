@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "host_api/error.h"
+#include "models/causal_lm.h"
 #include "models/model_factory.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
@@ -92,6 +93,69 @@ TEST(RealModel, RemovePaddingMatchesPaddedOnRaggedRanks) {
       }
     }
   });
+}
+
+// [engine.<backend>] gradient_checkpointing_policy through the engine on 2 Gloo ranks: recomputing whole layers or
+// only the MLP blocks gives what storing every activation gives (fp32: losses, norms and parameters to rounding).
+TEST(RealModel, CheckpointingPoliciesTrainAsStoredActivations) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    auto plain_args = make_args("fsdp2", "fp32", ctx.rank, 2, ctx.group, ctx.store);
+    plain_args.model.path = "builtin:qwen2-tiny";
+    plain_args.optim.lr = 1e-3;
+    auto layer_args = plain_args;
+    layer_args.model.enable_gradient_checkpointing = true;
+    auto mlp_args = layer_args;
+    mlp_args.engine.backend_options["gradient_checkpointing_policy"] = "mlp";
+    std::vector<std::unique_ptr<fsdp::FSDPEngine>> engines;
+    for (const auto& a : {plain_args, layer_args, mlp_args}) {
+      engines.push_back(std::make_unique<fsdp::FSDPEngine>(a));
+      engines.back()->initialize();
+    }
+    const std::vector<models::Recompute> want{models::Recompute::kNothing, models::Recompute::kLayer,
+                                              models::Recompute::kMlp};
+    for (size_t i = 0; i < engines.size(); ++i) {
+      auto lm = std::dynamic_pointer_cast<models::CausalLM>(engines[i]->model());
+      ASSERT_TRUE(lm);
+      EXPECT_EQ(lm->recompute(), want[i]) << "engine " << i;
+    }
+    for (int step = 0; step < 2; ++step) {
+      const Batch local = make_batch(2, 12, 256, 700 + 10 * step + ctx.rank);
+      std::vector<BatchOutput> outs;
+      for (auto& e : engines) outs.push_back(e->train_batch(local, sft_loss));
+      for (size_t i = 1; i < outs.size(); ++i) {
+        const std::string what = (i == 1 ? "layer, step " : "mlp, step ") + std::to_string(step);
+        const double loss = outs[0].loss.item<double>(), norm = outs[0].grad_norm.item<double>();
+        EXPECT_NEAR(outs[i].loss.item<double>(), loss, 1e-5 * std::abs(loss)) << what;
+        EXPECT_NEAR(outs[i].grad_norm.item<double>(), norm, 1e-5 * norm) << what;
+      }
+    }
+    // Two AdamW steps of lr 1e-3 apart by at most 2% of one step (AdamW divides tiny gradients by their own size).
+    const auto plain = engine_params(*engines[0]);
+    for (size_t i = 1; i < engines.size(); ++i) {
+      const auto got = engine_params(*engines[i]);
+      for (const auto& [name, p] : plain) EXPECT_LE((got.at(name) - p).abs().max().item<double>(), 2e-5) << name;
+    }
+  });
+}
+
+TEST(RealModel, CheckpointingPolicyIsRefusedByNameWhenItCannotApply) {
+  auto message = [](bool checkpointing, const std::string& policy) {
+    auto args = make_args("fsdp2", "fp32");
+    args.model.path = "builtin:qwen2-tiny";
+    args.model.enable_gradient_checkpointing = checkpointing;
+    args.engine.backend_options["gradient_checkpointing_policy"] = policy;
+    try {
+      fsdp::FSDPEngine engine(args);  // refused at construction, before any work
+    } catch (const EngineryError& e) {
+      EXPECT_EQ(e.where(), "engine.fsdp2.gradient_checkpointing_policy");
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message(true, "mlp"), "");
+  EXPECT_EQ(message(false, "layer"), "");
+  EXPECT_NE(message(true, "attention").find("unknown policy 'attention' (allowed: layer, mlp)"), std::string::npos);
+  EXPECT_NE(message(false, "mlp").find("model.enable_gradient_checkpointing is false"), std::string::npos);
 }
 
 TEST(RealModel, UnknownModelPathNamesTheAllowedOnes) {

@@ -146,8 +146,9 @@ TEST(GradientCheckpointing, RecomputesWithParametersRegatheredByTheEngine) {
 TEST(GradientCheckpointing, MlpPolicyGivesTheSameGradients) {
   for (const char* name : {"llama-tiny", "qwen2-tiny", "qwen3-tiny"}) {
     auto plain = builtin(name);
-    auto mlp = builtin(name, "language_model", true, "mlp");
-    EXPECT_EQ(mlp->recompute(), Recompute::kMlp);
+    auto mlp = builtin(name, "language_model", true);
+    EXPECT_EQ(mlp->recompute(), Recompute::kLayer);
+    mlp->set_recompute(Recompute::kMlp);
     auto in = padded_inputs(256);
     auto want = loss_grads(*plain, in);
     // fp32 sums in another order (the residual's two gradients meet after the recomputed block): 1e-5.
@@ -158,18 +159,19 @@ TEST(GradientCheckpointing, MlpPolicyGivesTheSameGradients) {
 }
 
 TEST(GradientCheckpointing, PolicyNamesAreCheckedAndNeedCheckpointingOn) {
-  EXPECT_EQ(recompute_policy(false, "layer"), Recompute::kNothing);
-  EXPECT_EQ(recompute_policy(true, "layer"), Recompute::kLayer);
-  EXPECT_EQ(recompute_policy(true, "mlp"), Recompute::kMlp);
+  const std::string key = "engine.fsdp2.gradient_checkpointing_policy";
+  EXPECT_EQ(recompute_policy(false, "layer", key), Recompute::kNothing);
+  EXPECT_EQ(recompute_policy(true, "layer", key), Recompute::kLayer);
+  EXPECT_EQ(recompute_policy(true, "mlp", key), Recompute::kMlp);
   try {
-    recompute_policy(true, "attention");
+    recompute_policy(true, "attention", key);
     ADD_FAILURE() << "an unknown policy was accepted";
   } catch (const EngineryError& e) {
-    EXPECT_EQ(e.where(), "model.gradient_checkpointing_policy");
+    EXPECT_EQ(e.where(), key);
     EXPECT_EQ(e.allowed(), "layer, mlp");
   }
   try {
-    recompute_policy(false, "mlp");
+    recompute_policy(false, "mlp", key);
     ADD_FAILURE() << "a policy without checkpointing was accepted";
   } catch (const EngineryError& e) {
     EXPECT_NE(std::string(e.what()).find("model.enable_gradient_checkpointing is false"), std::string::npos)

@@ -16,13 +16,11 @@ namespace models {
 namespace testing {
 
 // A built-in model ("qwen2-tiny", "llama-tiny", "qwen3-tiny") as the CausalLM it is.
-// `policy`: model.gradient_checkpointing_policy, read when `checkpointing`.
 inline std::shared_ptr<CausalLM> builtin(const std::string& name, const std::string& type = "language_model",
-                                         bool checkpointing = false, const std::string& policy = "layer") {
+                                         bool checkpointing = false) {
   ModelConfig cfg;
   cfg.path = "builtin:" + name;
   cfg.enable_gradient_checkpointing = checkpointing;
-  cfg.gradient_checkpointing_policy = policy;
   return std::dynamic_pointer_cast<CausalLM>(build_model(cfg, type));
 }
 

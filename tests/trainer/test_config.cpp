@@ -176,23 +176,6 @@ TEST(TrainConfig, ClosedSetsAreTypedWithTheirPosition) {
   EXPECT_EQ(load_train_config(dtype).engine.model_dtype, c10::kBFloat16);  // typed; the engine decides support
 }
 
-TEST(TrainConfig, CheckpointingPolicyIsAClosedSetThatNeedsCheckpointingOn) {
-  const auto path = write_config("policy.toml", "[model]\nenable_gradient_checkpointing = true\n"
-                                                "gradient_checkpointing_policy = \"mlp\"\n");
-  EXPECT_EQ(load_train_config(path).model.gradient_checkpointing_policy, "mlp");
-  EXPECT_EQ(TrainConfig{}.model.gradient_checkpointing_policy, "layer");
-  const std::string unknown = error_of(path, {"model.gradient_checkpointing_policy=\"attention\""});
-  EXPECT_NE(unknown.find("model.gradient_checkpointing_policy: unknown value 'attention'"), std::string::npos)
-      << unknown;
-  EXPECT_NE(unknown.find("allowed: layer, mlp"), std::string::npos) << unknown;
-  // A policy with checkpointing off would choose nothing: refused, not ignored.
-  const std::string off = error_of(path, {"model.enable_gradient_checkpointing=false"});
-  EXPECT_NE(off.find("policy.toml:3:33: model.gradient_checkpointing_policy = mlp chooses what checkpointing "
-                     "recomputes, but model.enable_gradient_checkpointing is false"),
-            std::string::npos)
-      << off;
-}
-
 TEST(TrainConfig, DottedOverridesApplyAndNameTheFlagInErrors) {
   const auto path = write_config("base.toml", "[trainer]\ntotal_training_steps = 3\n");
   TrainConfig c = load_train_config(path, {"trainer.total_training_steps=50", "engine.mixed_precision.param_dtype=fp32",
