@@ -14,6 +14,17 @@ namespace {
 
 class RealModelTest : public ::testing::TestWithParam<std::string> {};
 
+// The same batch through several engines: each one's loss and gradient norm within 1e-5 (relative) of the first's.
+void expect_losses_and_norms_match(const std::vector<BatchOutput>& outs, const std::vector<std::string>& names,
+                                   int step) {
+  const double loss = outs[0].loss.item<double>(), norm = outs[0].grad_norm.item<double>();
+  for (size_t i = 1; i < outs.size(); ++i) {
+    const std::string what = names[i] + ", step " + std::to_string(step);
+    EXPECT_NEAR(outs[i].loss.item<double>(), loss, 1e-5 * std::abs(loss)) << what;
+    EXPECT_NEAR(outs[i].grad_norm.item<double>(), norm, 1e-5 * norm) << what;
+  }
+}
+
 TEST_P(RealModelTest, BuiltinModelMatchesUnshardedReference) {
   const std::string strategy = GetParam();
   testing::run_ranks(2, [strategy](const testing::RankContext& ctx) {
@@ -72,11 +83,9 @@ TEST(RealModel, RemovePaddingMatchesPaddedOnRaggedRanks) {
       local.set_meta("calculate_entropy", true);
       std::vector<BatchOutput> outs;
       for (auto& e : engines) outs.push_back(e->train_batch(local, sft_loss));
+      expect_losses_and_norms_match(outs, {"padded", "packed", "packed + dynamic"}, step);
       for (size_t i = 1; i < outs.size(); ++i) {
         const std::string what = (i == 1 ? "packed, step " : "packed + dynamic, step ") + std::to_string(step);
-        const double loss = outs[0].loss.item<double>(), norm = outs[0].grad_norm.item<double>();
-        EXPECT_NEAR(outs[i].loss.item<double>(), loss, 1e-5 * std::abs(loss)) << what;
-        EXPECT_NEAR(outs[i].grad_norm.item<double>(), norm, 1e-5 * norm) << what;
         for (const char* name : {"log_probs", "entropy"}) {
           EXPECT_TRUE(torch::allclose(outs[i].outputs.at(name), outs[0].outputs.at(name), 1e-5, 1e-5))
               << name << ", " << what;
@@ -122,12 +131,7 @@ TEST(RealModel, CheckpointingPoliciesTrainAsStoredActivations) {
       const Batch local = make_batch(2, 12, 256, 700 + 10 * step + ctx.rank);
       std::vector<BatchOutput> outs;
       for (auto& e : engines) outs.push_back(e->train_batch(local, sft_loss));
-      for (size_t i = 1; i < outs.size(); ++i) {
-        const std::string what = (i == 1 ? "layer, step " : "mlp, step ") + std::to_string(step);
-        const double loss = outs[0].loss.item<double>(), norm = outs[0].grad_norm.item<double>();
-        EXPECT_NEAR(outs[i].loss.item<double>(), loss, 1e-5 * std::abs(loss)) << what;
-        EXPECT_NEAR(outs[i].grad_norm.item<double>(), norm, 1e-5 * norm) << what;
-      }
+      expect_losses_and_norms_match(outs, {"stored", "layer", "mlp"}, step);
     }
     // Two AdamW steps of lr 1e-3 apart by at most 2% of one step (AdamW divides tiny gradients by their own size).
     const auto plain = engine_params(*engines[0]);
