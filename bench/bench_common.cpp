@@ -61,7 +61,8 @@ EngineArgs engine_args(const Rank& rank, const EngineFlags& f) {
   args.store = rank.store;
   args.model.path = f.model_dir;
   args.model.enable_gradient_checkpointing = f.ac;
-  if (f.ac) args.engine.backend_options["gradient_checkpointing_policy"] = f.ac_policy;
+  // Passed whenever asked for, so the engine refuses "mlp" without --ac by name instead of it being dropped here.
+  if (f.ac || f.ac_policy != "layer") args.engine.backend_options["gradient_checkpointing_policy"] = f.ac_policy;
   args.engine.strategy = f.backend;
   args.engine.micro_batch_size_per_gpu = f.mbs;
   args.engine.param_offload = f.param_offload;

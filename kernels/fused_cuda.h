@@ -45,7 +45,8 @@ void log_softmax_grad_(torch::Tensor& logits, const torch::Tensor& targets, cons
 // float8(x * scale) for a contiguous 2-D bf16/fp16/fp32 CUDA tensor x [R, C] and a device fp32 scalar `scale`, in
 // one pass: the row-major [R, C] result when `row_major`, its transpose as a row-major [C, R] tensor when
 // `transposed` (each undefined when not asked for). `float8_type` is e4m3fn or e5m2; values saturate. `amax`, when
-// defined (one fp32 element on x's device), is raised to max |x| (finite elements) in the same pass (delayed scaling records it).
+// defined (one fp32 element on x's device), is raised to max |x| over the finite elements in the same pass (what
+// delayed scaling records).
 std::pair<torch::Tensor, torch::Tensor> fp8_scale_cast(const torch::Tensor& x, const torch::Tensor& scale,
                                                        c10::ScalarType float8_type, bool row_major, bool transposed,
                                                        const torch::Tensor& amax = torch::Tensor());

@@ -44,7 +44,8 @@ void adamw_step(Elem grad_elem, float* param, const void* grad, float* exp_avg, 
 
 // q = float8(src * *scale) for src [rows, cols] (row-major), saturating at the format's largest finite value
 // (e5m2: 57344, else e4m3: 448); writes q to `out` [rows, cols] and q^T to `out_t` [cols, rows], either may be
-// nullptr. `scale` is a device fp32 scalar. `amax` (a device fp32 scalar, or nullptr) is raised to max |src| over finite elements if below.
+// nullptr. `scale` is a device fp32 scalar. `amax` (a device fp32 scalar, or nullptr) is raised to max |src| over
+// the finite elements if below.
 void fp8_scale_cast(Elem src_elem, const void* src, int64_t rows, int64_t cols, const float* scale, bool e5m2,
                     void* out, void* out_t, float* amax, void* stream);
 

@@ -111,7 +111,7 @@ Fp8Tensor quantize_tensorwise(const torch::Tensor& x, c10::ScalarType float8_typ
     scale = history->last_scale;
   } else {
     // amax in one pass (the inf-norm), in fp32, unless the history has one; an all-zero tensor gets a finite scale.
-    auto amax = history != nullptr && history->recorded
+    auto amax = history != nullptr && history->amax.defined()
                     ? history->amax.max()
                     : torch::linalg_vector_norm(x, std::numeric_limits<double>::infinity(), at::OptionalIntArrayRef(),
                                                 /*keepdim=*/false, torch::kFloat);
@@ -131,7 +131,6 @@ Fp8Tensor quantize_tensorwise(const torch::Tensor& x, c10::ScalarType float8_typ
       slot = history->amax.narrow(0, history->next, 1);
       slot.zero_();  // after the scale above read it: this cast's amax replaces the oldest
       history->next = (history->next + 1) % kAmaxHistory;
-      history->recorded = true;
     }
     std::tie(q.data, q.data_t) = kernels::fp8_scale_cast(x, scale, float8_type, row_major, transposed, slot);
     return q;

@@ -19,9 +19,8 @@ constexpr int64_t kAmaxHistory = 16;
 
 // The amaxes the casts of one operand recorded (delayed scaling). On the operand's device once used; never saved.
 struct Fp8AmaxHistory {
-  torch::Tensor amax;        // fp32 [kAmaxHistory]
+  torch::Tensor amax;        // fp32 [kAmaxHistory]; undefined until a cast recorded into it
   int64_t next = 0;          // the slot the next cast records into
-  bool recorded = false;
   torch::Tensor last_scale;  // the scale of the last recording cast
 };
 

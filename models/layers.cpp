@@ -26,25 +26,24 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 Recompute recompute_policy(bool enabled, const std::string& policy, const std::string& key) {
+  static const char* const kPolicies = "layer, mlp";
   Recompute chosen;
   if (policy == "layer") {
     chosen = Recompute::kLayer;
   } else if (policy == "mlp") {
     chosen = Recompute::kMlp;
   } else {
-    throw EngineryError("unknown policy '" + policy + "'", key, recompute_policy_values());
+    throw EngineryError("unknown policy '" + policy + "'", key, kPolicies);
   }
   if (!enabled && chosen != Recompute::kLayer) {
     throw EngineryError(key + " = " + policy +
                             " chooses what checkpointing recomputes, but model.enable_gradient_checkpointing is false",
                         key,
-                        "layer (the default) with checkpointing off; any of " + std::string(recompute_policy_values()) +
+                        "layer (the default) with checkpointing off; any of " + std::string(kPolicies) +
                             " with model.enable_gradient_checkpointing = true");
   }
   return enabled ? chosen : Recompute::kNothing;
 }
-
-const char* recompute_policy_values() { return "layer, mlp"; }
 
 torch::Tensor rope_inv_freq(const ModelArgs& args) {
   const int64_t d = args.head_dim;
@@ -106,7 +105,7 @@ AttentionImpl::AttentionImpl(const ModelArgs& a)
 
 AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTables& rope, Fp8HistoryUse use) {
   const int64_t b = x.size(0), t = x.size(1);
-  const auto qkv = fp8 != Fp8Recipe::kOff ? fp8_linears(x, {q_proj, k_proj, v_proj}, fp8_history(qkv_fp8_), use)
+  const auto qkv = fp8 != Fp8Recipe::kOff ? fp8_linears(x, {q_proj, k_proj, v_proj}, fp8_site_history(fp8, qkv_fp8_), use)
                                : std::vector<torch::Tensor>{q_proj(x), k_proj(x), v_proj(x)};
   auto q = qkv[0].view({b, t, heads_, head_dim_});
   auto k = qkv[1].view({b, t, kv_heads_, head_dim_});
@@ -119,7 +118,7 @@ AttentionImpl::QKV AttentionImpl::project(const torch::Tensor& x, const RopeTabl
 }
 
 torch::Tensor AttentionImpl::project_out(const torch::Tensor& x, Fp8HistoryUse use) {
-  return fp8 != Fp8Recipe::kOff ? fp8_linears(x, {o_proj}, fp8_history(o_fp8_), use)[0] : o_proj(x);
+  return fp8 != Fp8Recipe::kOff ? fp8_linears(x, {o_proj}, fp8_site_history(fp8, o_fp8_), use)[0] : o_proj(x);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
@@ -194,8 +193,8 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x, bool recomputing) {
     // The down projection is an FP8 GEMM of its own, so swiglu_down's fusion (a bf16 GEMM) does not apply; its
     // backward differs from a bf16 linear's, so it runs whole when recomputed too.
     const Fp8HistoryUse use = fp8_history_use(*this, recomputing);
-    const auto gate_up = fp8_linears(x, {gate_proj, up_proj}, fp8_history(gate_up_fp8_), use);
-    return fp8_linears(swiglu(gate_up[0], gate_up[1]), {down_proj}, fp8_history(down_fp8_), use)[0];
+    const auto gate_up = fp8_linears(x, {gate_proj, up_proj}, fp8_site_history(fp8, gate_up_fp8_), use);
+    return fp8_linears(swiglu(gate_up[0], gate_up[1]), {down_proj}, fp8_site_history(fp8, down_fp8_), use)[0];
   }
   auto gate = gate_proj(x);
   auto up = up_proj(x);
@@ -216,7 +215,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a) {
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionContext& ctx) {
   RECORD_USER_SCOPE("decoder_layer::forward");
   auto h = x + self_attn->forward(input_layernorm(x), ctx);
-  if (ctx.recompute == Recompute::kMlp && !ctx.recomputing) return h + checkpointed_mlp_block(*this, h, ctx);
+  // A recomputation's context never asks for kMlp (CheckpointFunction builds it afresh), so no region nests.
+  if (ctx.recompute == Recompute::kMlp) return h + checkpointed_mlp_block(*this, h, ctx);
   return h + mlp_block(h, ctx);
 }
 

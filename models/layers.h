@@ -21,6 +21,10 @@ inline Fp8HistoryUse fp8_history_use(const torch::nn::Module& module, bool recom
   if (recomputing) return Fp8HistoryUse::kReplay;
   return module.is_training() ? Fp8HistoryUse::kRecord : Fp8HistoryUse::kRead;
 }
+// The histories fp8_linears gets for a call site: the site's under delayed scaling, none (tensor-wise) otherwise.
+inline Fp8SiteHistory* fp8_site_history(Fp8Recipe recipe, Fp8SiteHistory& site) {
+  return recipe == Fp8Recipe::kDelayed ? &site : nullptr;
+}
 
 // y = w * (x / rms(x)), computed in fp32 and cast back to the input dtype before the weight, as transformers does.
 class RMSNormImpl : public torch::nn::Module {
@@ -53,7 +57,6 @@ enum class Recompute {
 // The policy named by the config: `enabled` false is kNothing; `policy` "layer" or "mlp", else an error naming `key`
 // (the config field) and the values. A policy other than "layer" with checkpointing off is refused, not ignored.
 Recompute recompute_policy(bool enabled, const std::string& policy, const std::string& key);
-const char* recompute_policy_values();  // "layer, mlp"
 
 // What every layer of one forward shares: rotary tables and the attention mask.
 struct AttentionContext {
@@ -80,9 +83,7 @@ class AttentionImpl : public torch::nn::Module {
   Fp8Recipe fp8 = Fp8Recipe::kOff;  // the projections through models/fp8_linear.h (q/k/v as one group)
 
  private:
-  // The amax histories of the two fp8_linears sites, for Fp8Recipe::kDelayed.
-  Fp8SiteHistory* fp8_history(Fp8SiteHistory& site) { return fp8 == Fp8Recipe::kDelayed ? &site : nullptr; }
-  Fp8SiteHistory qkv_fp8_, o_fp8_;
+  Fp8SiteHistory qkv_fp8_, o_fp8_;  // the amax histories of the two fp8_linears sites (Fp8Recipe::kDelayed)
 
   struct QKV {
     torch::Tensor q, k, v;  // q [B, heads, T, D] and k [B, kv_heads, T, D] after RoPE; v [B, kv_heads, T, D]
@@ -105,8 +106,7 @@ class MLPImpl : public torch::nn::Module {
   Fp8Recipe fp8 = Fp8Recipe::kOff;  // the projections through models/fp8_linear.h (gate/up as one group)
 
  private:
-  Fp8SiteHistory* fp8_history(Fp8SiteHistory& site) { return fp8 == Fp8Recipe::kDelayed ? &site : nullptr; }
-  Fp8SiteHistory gate_up_fp8_, down_fp8_;  // for Fp8Recipe::kDelayed
+  Fp8SiteHistory gate_up_fp8_, down_fp8_;  // the amax histories of the two fp8_linears sites (Fp8Recipe::kDelayed)
 };
 TORCH_MODULE(MLP);
 

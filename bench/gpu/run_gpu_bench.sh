@@ -31,6 +31,9 @@ budget=${BENCH_BUDGET:-0}
 if [ "$budget" = 1 ]; then steps=${BENCH_STEPS:-5}; warmup=${BENCH_WARMUP:-2}; deadline=${BENCH_DEADLINE:-500}
 else steps=${BENCH_STEPS:-10}; warmup=${BENCH_WARMUP:-3}; deadline=${BENCH_DEADLINE:-0}; fi
 sweep=${BENCH_SWEEP-flash cudnn}
+if [ -n "${BENCH_FP8_RECIPES:-}" ] && [ "${BENCH_FP8:-0}" != 1 ]; then
+  echo "BENCH_FP8_RECIPES=$BENCH_FP8_RECIPES needs BENCH_FP8=1"; exit 1
+fi
 case ${BENCH_AC:-both} in
   off) engine_acs="off" ;;
   on) engine_acs="layer" ;;
