@@ -1,37 +1,57 @@
-# The two README commands. Everything else is plain CMake (see README).
+# The two README commands. Both set up the project venv (.venv, from requirements.txt), build the package with
+# `pip wheel` in $(BUILD) (scikit-build-core over the same CMake tree a plain `cmake -B` builds) and install the wheel
+# into the venv; `demo` then runs the installed `enginery`, `test` runs ctest in the build tree.
 BUILD ?= build
-JOBS ?= $(shell nproc)
+VENV ?= .venv
 BUILD_TYPE ?= Quick
-CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc)
+# CI has nvcc but no GPU: the CUDA kernels compile for Hopper (the GPU machine's H200) only, which is what catches a
+# CUDA build break; a GPU machine's own build detects its GPUs (cmake/EngineryTorch.cmake).
+export TORCH_CUDA_ARCH_LIST ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | grep . || echo 9.0)
+PYTHON = $(VENV)/bin/python
+WHEEL_DIR = $(BUILD)/dist
 
-.PHONY: demo demo-rl test deps build clean
+.PHONY: demo demo-rl test deps venv install clean
 
-demo: build
-	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run  # a previous demo is moved aside, never overwritten
-	$(BUILD)/bin/enginery plot runs/demo
+demo: TESTS = OFF
+demo: install
+	$(VENV)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run  # a previous demo is moved aside, never overwritten
+	$(VENV)/bin/enginery plot runs/demo
 
 # GRPO after an SFT warm-up stopped part-way (examples/grpo.toml says why): the demo's SFT on a 400-step schedule,
 # checkpointed (with a Hugging Face export) at step 300, then GRPO from that export. Both runs move a previous one
 # aside.
 RL_SFT_STEPS = 300
-demo-rl: build
-	$(BUILD)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run \
+demo-rl: TESTS = OFF
+demo-rl: install
+	$(VENV)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run \
 	  --set trainer.experiment_name=demo-rl-sft --set trainer.total_training_steps=400 \
 	  --set trainer.save_freq=$(RL_SFT_STEPS) --set trainer.max_ckpt_to_keep=2 --set trainer.test_freq=100 \
 	  --set 'checkpoint.save_contents=["model","optimizer","extra","hf_model"]'
-	$(BUILD)/bin/enginery train --config examples/grpo.toml --nproc 2 --fresh-run \
+	$(VENV)/bin/enginery train --config examples/grpo.toml --nproc 2 --fresh-run \
 	  --set model.path=runs/demo-rl-sft/global_step_$(RL_SFT_STEPS)/actor/huggingface
-	$(BUILD)/bin/enginery plot runs/demo-rl
+	$(VENV)/bin/enginery plot runs/demo-rl
 
-test: build
+test: TESTS = ON
+test: install
 	cd $(BUILD) && ctest --output-on-failure -LE gpu -j $(JOBS) --timeout 900
 
-build: deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
-	cmake --build $(BUILD) -j $(JOBS)
+TESTS ?= ON
+install: deps venv
+	rm -rf $(WHEEL_DIR)
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PYTHON) -m pip wheel -v --no-build-isolation --no-deps -w $(WHEEL_DIR) \
+	  -Cbuild-dir=$(BUILD) -Ccmake.build-type=$(BUILD_TYPE) -Ccmake.define.ENGINERY_BUILD_TESTS=$(TESTS) .
+	$(PYTHON) -m pip install --no-deps --force-reinstall $(WHEEL_DIR)/enginery-*.whl
+
+# Re-run when requirements.txt changes; a pip cache makes a fresh venv a matter of seconds after the first.
+venv: $(VENV)/.requirements
+$(VENV)/.requirements: requirements.txt
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install -r requirements.txt
+	cp requirements.txt $@
 
 deps:
 	scripts/install_deps.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(VENV)

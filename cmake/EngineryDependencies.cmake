@@ -1,6 +1,6 @@
 # Finds the chosen dependencies (docs/ARCHITECTURE.md, "Layers": LibTorch, Gloo/NCCL through c10d, Boost.DLL, TOML++, nlohmann/json,
 # CLI11, GoogleTest, OpenSSL's libcrypto) and wraps LibTorch in one interface target with the c10d defines its headers need.
-find_package(Torch REQUIRED)
+include(EngineryTorch)
 # TOML++ is used header-only (TOML_HEADER_ONLY=1): Debian ships it as a compiled library, the GPU machine only
 # has the headers we carry there (scripts/gpu/), and header-only works the same on both. Floats parse through
 # std::from_chars (GCC 11+), not TOML++'s default std::stringstream: inside a PyTorch 2.x Python process the
@@ -26,27 +26,17 @@ if(NOT DEFINED TORCH_CUDA_AVAILABLE AND TARGET torch_cuda)
   set(ENGINERY_WITH_NCCL ON)
 endif()
 
-# enginery's CUDA kernels (kernels/): built where LibTorch has CUDA and nvcc is found; elsewhere the ATen paths run.
-set(_enginery_cuda_kernels_default OFF)
-if(TARGET torch_cuda)
-  include(CheckLanguage)
-  check_language(CUDA)
-  if(CMAKE_CUDA_COMPILER)
-    set(_enginery_cuda_kernels_default ON)
-  endif()
-endif()
+# enginery's CUDA kernels (kernels/): built where torch has CUDA and nvcc is found (torch's config needs nvcc for a
+# CUDA torch anyway); elsewhere the ATen paths run. Asked for where they cannot build: one line saying why.
+include(CheckLanguage)
+check_language(CUDA)
+enginery_cuda_kernels_default("${ENGINERY_CUDA_KERNELS}" "${ENGINERY_TORCH_VERSION}" "${ENGINERY_TORCH_CUDA}"
+                              "${CMAKE_CUDA_COMPILER}" _enginery_cuda_kernels_default)
 option(ENGINERY_CUDA_KERNELS "Build enginery's CUDA kernels" ${_enginery_cuda_kernels_default})
 if(ENGINERY_CUDA_KERNELS)
-  # The architectures LibTorch is built for here (TORCH_CUDA_ARCH_LIST "9.0" -> 90), else the compiler's default.
-  set(ENGINERY_CUDA_ARCHITECTURES "")
-  foreach(arch IN LISTS TORCH_CUDA_ARCH_LIST)
-    string(REGEX REPLACE "\\+PTX$" "" arch "${arch}")
-    string(REPLACE "." "" arch "${arch}")
-    list(APPEND ENGINERY_CUDA_ARCHITECTURES ${arch})
-  endforeach()
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND ENGINERY_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES ${ENGINERY_CUDA_ARCHITECTURES})
-  endif()
+  # torch's config already put the -gencode flags of TORCH_CUDA_ARCH_LIST (EngineryTorch.cmake) into
+  # CMAKE_CUDA_FLAGS; CMake's own architecture flags would only add a second, default one.
+  set(CMAKE_CUDA_ARCHITECTURES OFF)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
 endif()
@@ -59,7 +49,9 @@ target_compile_options(enginery_torch INTERFACE ${TORCH_CXX_FLAGS})
 target_link_options(enginery_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 # c10d's headers hide the Gloo and NCCL process groups behind these macros; LibTorch's CMake config sets neither.
 # Gloo's headers ship with Debian's libgloo-dev but not with PyTorch's wheels; without them the CPU process group
-# is unavailable (the GPU build then runs NCCL only).
+# is unavailable (the GPU build then runs NCCL only). Debian's are older than the Gloo inside torch 2.x: c10d's
+# ProcessGroupGloo.hpp reaches Gloo's types only through pointers (and guards the newer store API), so the
+# difference stays out of every layout enginery compiles; the multi-rank Gloo tests run on it.
 find_path(ENGINERY_GLOO_INCLUDE_DIR gloo/config.h)
 # ENGINERY_HAS_GLOO / ENGINERY_HAS_NCCL are ours: PyTorch's wheel config defines USE_C10D_GLOO even though it
 # ships no Gloo headers, so the compat header keys on what we actually found.
@@ -69,8 +61,5 @@ endif()
 if(ENGINERY_WITH_NCCL)
   target_compile_definitions(enginery_torch INTERFACE USE_C10D_NCCL ENGINERY_HAS_NCCL ENGINERY_WITH_CUDA)
 endif()
-# Debian's LibTorch installs the C++ API headers under a nested include directory.
-if(EXISTS /usr/include/torch/csrc/api/include)
-  target_include_directories(enginery_torch SYSTEM INTERFACE /usr/include/torch/csrc/api/include)
-endif()
-message(STATUS "enginery: LibTorch ${Torch_VERSION}, NCCL ${ENGINERY_WITH_NCCL}, CUDA kernels ${ENGINERY_CUDA_KERNELS} (${ENGINERY_CUDA_ARCHITECTURES}), Gloo headers ${ENGINERY_GLOO_INCLUDE_DIR}")
+message(STATUS "enginery: torch ${ENGINERY_TORCH_VERSION} (${ENGINERY_TORCH_DIR}), NCCL ${ENGINERY_WITH_NCCL}, "
+               "CUDA kernels ${ENGINERY_CUDA_KERNELS} ($ENV{TORCH_CUDA_ARCH_LIST}), Gloo headers ${ENGINERY_GLOO_INCLUDE_DIR}")

@@ -33,8 +33,9 @@ function(enginery_add_plugin name)
     set(host_api enginery_host_api)
   endif()
 
-  # No entry for another plugin's directory: a plugin never links another plugin.
-  set(rpath "$ORIGIN/../../lib" "$ORIGIN/../../.." "$ORIGIN")
+  # No entry for another plugin's directory: a plugin never links another plugin. The last one is torch inside
+  # site-packages, for the package layout (<site>/enginery/lib/enginery/plugins/<name>/, pyproject.toml).
+  set(rpath "$ORIGIN/../../lib" "$ORIGIN/../../.." "$ORIGIN" "$ORIGIN/../../../../../torch/lib")
   if(ENGINERY_PLUGIN_EXTRA_RPATH)
     list(APPEND rpath ${ENGINERY_PLUGIN_EXTRA_RPATH})
   endif()

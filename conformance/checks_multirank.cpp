@@ -74,7 +74,19 @@ void check_world_size_parity(const Target& target) {
   const ParamList multi = load_result(base + ".pt");
   ASSERT_EQ(multi.size(), single.size()) << "rank 0 wrote " << multi.size() << " entries";
   // fp32 with a different summation order (two ranks, two all-reduces): equal up to rounding, not bitwise.
-  EXPECT_EQ(diff_params(multi, single, 2e-6, 1e-4), "") << "world size 2 differs from world size 1";
+  // Except a key projection's bias: its exact gradient is zero (softmax is invariant to a score shift shared by
+  // every key), so what it gets is rounding noise (~1e-10), which AdamW's 1/(sqrt(v) + eps) turns into moves of up
+  // to lr * noise / eps per step (~1e-5): two summation orders legitimately end ~1e-5 apart there (seen with
+  // torch 2.11's CPU kernels). It is held to a tenth of one step's lr (1e-3), which an error in it would exceed.
+  ParamList multi_rest, single_rest, multi_kbias, single_kbias;
+  for (size_t i = 0; i < multi.size() && i < single.size(); ++i) {
+    const bool kbias = multi[i].first.size() >= 11 &&
+                       multi[i].first.compare(multi[i].first.size() - 11, 11, "k_proj.bias") == 0;
+    (kbias ? multi_kbias : multi_rest).push_back(multi[i]);
+    (kbias ? single_kbias : single_rest).push_back(single[i]);
+  }
+  EXPECT_EQ(diff_params(multi_rest, single_rest, 2e-6, 1e-4), "") << "world size 2 differs from world size 1";
+  EXPECT_EQ(diff_params(multi_kbias, single_kbias, 1e-4, 0.0), "") << "world size 2 differs from world size 1";
 }
 
 }  // namespace

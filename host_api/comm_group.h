@@ -1,24 +1,13 @@
 #pragma once
-// The process-group type of the contract: the one LibTorch-version difference the contract itself carries
-// (docs/ARCHITECTURE.md, "Version compatibility"). LibTorch 1.13's Gloo/NCCL groups derive from
-// c10d::ProcessGroup; from 2.0 they derive from c10d::Backend (ProcessGroup became a dispatching wrapper). Both
-// expose the same collective methods, so engines talk to whichever class the version's backends derive from.
-#include <torch/version.h>
-
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#if TORCH_VERSION_MAJOR >= 2
+// The process-group type of the contract: c10d::Backend, the class torch's Gloo and NCCL groups derive from (the
+// ProcessGroup a Python caller holds dispatches to one per device type; python/enginery/__init__.py hands over
+// that backend).
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#endif
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace enginery {
 
-#if TORCH_VERSION_MAJOR >= 2
 using CommGroup = c10d::Backend;
-#else
-using CommGroup = c10d::ProcessGroup;
-#endif
 using CommGroupPtr = c10::intrusive_ptr<CommGroup>;
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 

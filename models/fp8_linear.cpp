@@ -142,7 +142,7 @@ Fp8Tensor quantize_tensorwise(const torch::Tensor& x, c10::ScalarType float8_typ
 }
 
 bool fp8_linears_apply(const torch::Tensor& x, const std::vector<torch::nn::Linear>& layers) {
-  if (!compat::kHasScaledMm || !x.is_cuda() || x.dim() < 2 || x.numel() == 0) return false;
+  if (!x.is_cuda() || x.dim() < 2 || x.numel() == 0) return false;
   if (!multiple_of_16(x.numel() / x.size(-1)) || !multiple_of_16(x.size(-1))) return false;
   for (const auto& layer : layers) {
     if (!multiple_of_16(layer->weight.size(0)) || !layer->weight.is_cuda()) return false;

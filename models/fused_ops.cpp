@@ -130,7 +130,7 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
 }
 
 bool fused_rms_norm_applies(const torch::Tensor& x, const torch::Tensor& weight) {
-  return compat::kHasFusedRmsNorm && x.is_cuda() && weight.defined() && x.scalar_type() == weight.scalar_type();
+  return x.is_cuda() && weight.defined() && x.scalar_type() == weight.scalar_type();
 }
 
 }  // namespace models

@@ -148,7 +148,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
     if (forced != compat::SdpaBackend::kAuto) {
       return merge_heads(compat::sdpa_on_backend(forced, q, k, v, /*is_causal=*/true, scale));
     }
-    if (kv_heads_ != heads_ && compat::kSdpaHasGqa) {
+    if (kv_heads_ != heads_) {
       return merge_heads(compat::sdpa_gqa(q, k, v, /*is_causal=*/true, scale));
     }
   }

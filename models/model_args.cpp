@@ -16,7 +16,7 @@ namespace {
 using nlohmann::json;
 
 const char* kAllowedModelTypes = "llama, qwen2, qwen3";
-const char* kAllowedDtypes = "float32, bfloat16, float16";
+const char* kConfigDtypes = "float32, bfloat16, float16";
 constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;
 
 // Limits far beyond any released model of these families. A value past them is a mistake, and refusing it while
@@ -211,7 +211,7 @@ ModelArgs args_from_json(const json& j, const std::string& where) {
   a.dtype = r.str_field(dtype_key, "float32");
   if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16") {
     throw EngineryError("unsupported " + std::string(dtype_key) + " '" + a.dtype + "'", where + ": " + dtype_key,
-                        kAllowedDtypes);
+                        kConfigDtypes);
   }
   const std::string act = r.str_field("hidden_act", "silu");
   if (act != "silu") throw EngineryError("unsupported hidden_act '" + act + "'", where + ": hidden_act", "silu");

@@ -29,14 +29,14 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 // I64 is for data files (token ids and masks, e.g. bench/gpu/make_rl_batch.py), not for model weights.
-const char* kAllowedDtypes = "F32, BF16, F16, I64";
+const char* kSafetensorsDtypes = "F32, BF16, F16, I64";
 
 c10::ScalarType dtype_from_name(const std::string& name, const std::string& where) {
   if (name == "F32") return c10::kFloat;
   if (name == "BF16") return c10::kBFloat16;
   if (name == "F16") return c10::kHalf;
   if (name == "I64") return c10::kLong;
-  throw EngineryError("unsupported tensor dtype '" + name + "'", where, kAllowedDtypes);
+  throw EngineryError("unsupported tensor dtype '" + name + "'", where, kSafetensorsDtypes);
 }
 
 std::string dtype_name(c10::ScalarType dtype, const std::string& where) {
@@ -45,7 +45,7 @@ std::string dtype_name(c10::ScalarType dtype, const std::string& where) {
     case c10::kBFloat16: return "BF16";
     case c10::kHalf: return "F16";
     case c10::kLong: return "I64";
-    default: throw EngineryError(std::string("cannot write dtype ") + c10::toString(dtype), where, kAllowedDtypes);
+    default: throw EngineryError(std::string("cannot write dtype ") + c10::toString(dtype), where, kSafetensorsDtypes);
   }
 }
 
@@ -90,7 +90,7 @@ SafetensorsEntry read_entry(const json& entry, uint64_t data_size, const std::st
   if (!entry.is_object()) throw EngineryError("tensor entry must be a JSON object", where);
   SafetensorsEntry e;
   const json& dtype = entry_field(entry, "dtype", where);
-  if (!dtype.is_string()) throw EngineryError("field 'dtype' must be a string", where, kAllowedDtypes);
+  if (!dtype.is_string()) throw EngineryError("field 'dtype' must be a string", where, kSafetensorsDtypes);
   e.dtype = dtype_from_name(dtype.get<std::string>(), where);
   const size_t itemsize = c10::elementSize(e.dtype);
   const int64_t numel = checked_numel(entry_field(entry, "shape", where), itemsize, e.shape, where);

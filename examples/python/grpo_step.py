@@ -1,7 +1,8 @@
 """A GRPO-style step driven from Python: no sampling here, the responses and their rewards are given (a rollout
 engine produced them). Group-normalised advantages, old log-probs from one forward, then a clipped policy-gradient
-step on the C++ engine. Run from the repo root after a build:
-    PYTHONPATH=build/python python3 examples/python/grpo_step.py build/plugins
+step on the C++ engine. Run after `make demo` or `pip install .` (the package's own plugins are loaded; a plugin
+folder given as the first argument is searched first):
+    .venv/bin/python examples/python/grpo_step.py
 """
 import sys
 
@@ -9,7 +10,7 @@ import torch
 
 import enginery
 
-enginery.load_plugins(sys.argv[1] if len(sys.argv) > 1 else "build/plugins")
+enginery.load_plugins(sys.argv[1:])
 engine = enginery.new_engine("language_model", "fsdp", "cpu", {"model.path": "builtin:qwen2-tiny", "optim.lr": 1e-5,
                                                                 "engine.mixed_precision.param_dtype": "fp32"})
 engine.initialize()

@@ -23,7 +23,7 @@ AdamW::AdamW(std::vector<torch::Tensor> params, std::vector<torch::Tensor> grads
     all_cuda_fp32 = all_cuda_fp32 && p.is_cuda() && p.scalar_type() == torch::kFloat && p.is_contiguous();
   }
   own_kernel_ = all_cuda_fp32 && kernels::available();
-  fused_ = all_cuda_fp32 && (own_kernel_ || compat::kHasFusedAdamW);
+  fused_ = all_cuda_fp32;
   if (fused_) {
     for (const auto& p : params_) device_steps_.push_back(torch::zeros({}, p.options()));
   }

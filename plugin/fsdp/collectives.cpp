@@ -15,8 +15,7 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp(c10d::ReduceOp::SUM);
 }
 
-// Gloo has no bf16 type (1.13 and later) and 1.13's Gloo allgather rejects int16; gathers only move bytes, so bf16
-// travels as fp16, a 2-byte type every Gloo collective accepts.
+// Gathers only move bytes, so bf16 travels as fp16, a 2-byte type every Gloo collective accepts.
 torch::Tensor as_gatherable(const torch::Tensor& t) {
   if (t.scalar_type() == torch::kBFloat16) return t.view(torch::kHalf);
   return t;

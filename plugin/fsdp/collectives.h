@@ -1,7 +1,7 @@
 #pragma once
 // One interface for every collective the FSDP engine issues (docs/ARCHITECTURE.md, "Collectives"). Native ops on NCCL
-// (_allgather_base, _reduce_scatter_base); emulated on Gloo, which in LibTorch 1.13 has neither and which cannot
-// reduce or gather bfloat16 at all (gathers move bf16/fp16 bits as int16; reductions run in fp32 and cast back).
+// (_allgather_base, _reduce_scatter_base); on Gloo, list allgathers and an all-reduce stand in for them, bf16 is
+// gathered as its fp16 bits and reduced in fp32 (docs/ARCHITECTURE.md, "Collectives").
 // All ops are blocking: they return after the result is in place.
 #include <torch/torch.h>
 

@@ -17,11 +17,6 @@ models::Fp8Recipe FSDPEngine::fp8_wanted(const EngineArgs& args, const torch::De
   if (it->second != "tensorwise" && it->second != "delayed") {
     throw EngineryError("unknown value '" + it->second + "'", key, "off, tensorwise, delayed");
   }
-  if (!compat::kHasScaledMm) {
-    throw EngineryError("FP8 matmuls need LibTorch 2.5 or later (at::_scaled_mm); this build has " +
-                            std::string(TORCH_VERSION),
-                        key, "off");
-  }
   if (!compat::fp8_gemm_device(device)) {
     throw EngineryError("FP8 matmuls need a CUDA device of compute capability 8.9 or later; this engine runs on " +
                             device.str(),

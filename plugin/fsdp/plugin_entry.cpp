@@ -1,5 +1,5 @@
 // The library's single entry point: FSDPEngine for backends fsdp and fsdp2, and VeOmniEngine (plugin/veomni/,
-// built into this library) for backend veomni; both model types, cpu and cuda each (plugin.toml.in).
+// built into this library) for backend veomni; both model types, cpu and cuda each (the top-level plugin.toml).
 #include "host_api/plugin_api.h"
 #include "plugin/fsdp/fsdp_engine.h"
 #include "plugin/veomni/veomni_registration.h"

@@ -27,15 +27,7 @@ void ShardedGradScaler::unscale_(const std::vector<torch::Tensor>& grads, const 
   torch::NoGradGuard no_grad;
   found_inf_.zero_();
   const auto inv_scale = this->inv_scale();
-  if (scale_.is_cuda()) {
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
-  } else {
-    // LibTorch 1.13 has no CPU kernel for the fused op; the same math, unfused.
-    for (const auto& g : grads) {
-      found_inf_ = torch::maximum(found_inf_, torch::logical_not(torch::isfinite(g)).any().to(torch::kFloat));
-      const_cast<torch::Tensor&>(g).mul_(inv_scale);
-    }
-  }
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
   dp_group.all_reduce(found_inf_, ReduceOp::kMax);
 }
 

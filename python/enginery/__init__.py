@@ -2,7 +2,7 @@
 
     import enginery, torch.distributed as dist
     dist.init_process_group("gloo")                      # optional: one process needs no group
-    enginery.load_plugins(["build/plugins"])
+    enginery.load_plugins()                              # the package's own plugins (and ENGINERY_PLUGIN_PATH)
     engine = enginery.new_engine("language_model", "fsdp", "cpu", {"model.path": "builtin:qwen2-tiny"})
     engine.initialize()
     with engine.train_mode():
@@ -14,14 +14,27 @@ key, a wrong type, or a value the engine does not implement raises EngineryError
 """
 import math
 import os
+import sys
 import warnings
 
-# First: loads LibTorch and registers torch's Python types, which the extension converts to and from.
-import torch
+from . import _build_info
+from ._torch_check import import_torch
+
+# First, and only the torch it was built against (one line saying so otherwise): loads libtorch and registers
+# torch's Python types, which the extension converts to and from.
+try:
+    torch = import_torch(_build_info.TORCH_VERSION)
+except ImportError as error:
+    # The `enginery` console script (enginery._cli) imports this package first: there the one line is the whole
+    # output, as for the command's other errors, not the last line of a traceback.
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "enginery":
+        raise SystemExit(f"enginery: {error}") from None
+    raise
 
 from ._enginery import Engine, EngineryError, LossContext, ModeContext, WeightBuckets, WeightStream  # noqa: F401
 from . import _enginery
 
+__version__ = _build_info.VERSION
 __all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "WeightBuckets", "WeightStream", "load_plugins",
            "plugins", "new_engine"]
 
@@ -40,13 +53,22 @@ def _get_per_tensor_param(self, dtype=None):
 Engine.get_per_tensor_param = _get_per_tensor_param
 
 
-def load_plugins(dirs):
+def bundled_plugin_dir():
+    """The folder of the plugins installed with this package (<package>/lib/enginery/plugins, as `enginery`'s
+    <prefix>/lib/enginery/plugins), or in a build tree (<build>/python/enginery -> <build>/plugins)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.join(here, "lib", "enginery", "plugins")
+    return installed if os.path.isdir(installed) else os.path.normpath(os.path.join(here, "..", "..", "plugins"))
+
+
+def load_plugins(dirs=()):
     """Loads the plugins found in `dirs` (a path or a list; each a plugin folder or a folder of them), then in
-    ENGINERY_PLUGIN_PATH. A folder already searched in this process is skipped. Returns the names of the plugins
-    loaded; a plugin that fails a check is skipped with a RuntimeWarning saying why."""
+    ENGINERY_PLUGIN_PATH, then the package's own (bundled_plugin_dir()). A folder already searched in this process
+    is skipped. Returns the names of the plugins loaded; a plugin that fails a check is skipped with a
+    RuntimeWarning saying why."""
     if isinstance(dirs, (str, bytes, os.PathLike)):
         dirs = [dirs]
-    report = _enginery._load_plugins([os.fsdecode(d) for d in dirs])
+    report = _enginery._load_plugins([os.fsdecode(d) for d in dirs], bundled_plugin_dir())
     for path, reason in report["rejected"]:
         warnings.warn(f"enginery: plugin at {path} skipped: {reason}", RuntimeWarning, stacklevel=2)
     return list(report["loaded"])
@@ -123,8 +145,7 @@ def _default_group(device):
         return None, None
     from torch.distributed import distributed_c10d
     group = distributed_c10d._get_default_group()
-    # From PyTorch 2.0 the default group dispatches to one backend per device type; the engines talk to that
-    # backend (host_api/comm_group.h). 1.13's group is the backend itself.
-    if hasattr(group, "_get_backend"):
-        group = group._get_backend(torch.device(device))
+    # The default group dispatches to one backend per device type; the engines talk to that backend
+    # (host_api/comm_group.h).
+    group = group._get_backend(torch.device(device))
     return group, distributed_c10d._get_default_store()

@@ -77,7 +77,7 @@ PYBIND11_MODULE(_enginery, m) {
   bind_loss_context(m);
   bind_engine(m);
   enginery::python::bind_weights(m);
-  m.def("_load_plugins", &enginery::python::load_plugins, py::arg("dirs"));
+  m.def("_load_plugins", &enginery::python::load_plugins, py::arg("dirs"), py::arg("bundled"));
   m.def("_plugins", &enginery::python::plugins);
   m.def(
       "_new_engine",

@@ -89,13 +89,13 @@ void set_group(EngineArgs& args, const py::object& group, const py::object& stor
 
 }  // namespace
 
-py::dict load_plugins(const std::vector<std::string>& dirs) {
+py::dict load_plugins(const std::vector<std::string>& dirs, const std::string& bundled) {
   // Searching a directory twice would register its engines twice, which the registry refuses.
   static std::set<std::string> searched;
   const std::vector<std::filesystem::path> wanted(dirs.begin(), dirs.end());
   std::vector<PluginSearchDir> path;
   std::vector<std::string> names;
-  for (auto& dir : PluginLoader::search_path(wanted, "load_plugins", std::getenv(kPluginPathEnv), {})) {
+  for (auto& dir : PluginLoader::search_path(wanted, "load_plugins", std::getenv(kPluginPathEnv), bundled)) {
     std::error_code ec;
     const std::filesystem::path canonical = std::filesystem::weakly_canonical(dir.path, ec);
     const std::string name = (ec ? dir.path : canonical).string();

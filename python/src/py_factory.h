@@ -11,9 +11,9 @@
 namespace enginery {
 namespace python {
 
-// Loads the plugins found in `dirs` (then ENGINERY_PLUGIN_PATH) into the process's registry; a directory already
-// searched is skipped. Returns {"loaded": [plugin names], "rejected": [(path, reason)]}.
-py::dict load_plugins(const std::vector<std::string>& dirs);
+// Loads the plugins found in `dirs`, then ENGINERY_PLUGIN_PATH, then `bundled` (the package's own plugins; skipped
+// quietly when absent), into the process's registry; a directory already searched is skipped. Returns {"loaded": [plugin names], "rejected": [(path, reason)]}.
+py::dict load_plugins(const std::vector<std::string>& dirs, const std::string& bundled);
 // Every registered engine: dicts of model_type, backend, device, plugin, manifest, capabilities.
 py::list plugins();
 

@@ -16,3 +16,5 @@ fi
 TORCH_PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 export ENGINERY_CMAKE_PREFIX="$TORCH_PREFIX;/tmp/deps/usr;/tmp/deps/usr/lib/x86_64-linux-gnu/cmake;/tmp/deps/usr/share/cmake"
 export CPATH=/tmp/deps/usr/include${CPATH:+:$CPATH}
+# What `pip wheel` (scripts/gpu/install.sh) hands to CMake: torch itself is found through python3 (EngineryTorch.cmake).
+export CMAKE_PREFIX_PATH=/tmp/deps/usr:/tmp/deps/usr/lib/x86_64-linux-gnu/cmake:/tmp/deps/usr/share/cmake${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}

@@ -83,7 +83,7 @@ TEST(GpuFp16, FiftyStepLossTracksBf16) {
 }
 
 bool have_fp8() {
-  return have_gpu() && compat::kHasScaledMm && compat::fp8_gemm_device(torch::Device(torch::kCUDA, 0));
+  return have_gpu() && compat::fp8_gemm_device(torch::Device(torch::kCUDA, 0));
 }
 
 double relative_error(const torch::Tensor& got, const torch::Tensor& want) {

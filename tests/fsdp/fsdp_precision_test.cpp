@@ -166,8 +166,7 @@ TEST(PrecisionDefaults, BaseConstructorSetsBf16AndNoScaler) {
   EXPECT_EQ(engine.grad_scaler(), nullptr);
 }
 
-// [engine.<backend>] fp8: refused by name, before any work, wherever FP8 GEMMs cannot run (this CPU engine; on
-// LibTorch 1.13 for want of _scaled_mm), and an unknown value lists the allowed ones. "off" is the default.
+// [engine.<backend>] fp8: refused by name, before any work, wherever FP8 GEMMs cannot run (this CPU engine), and an unknown value lists the allowed ones. "off" is the default.
 TEST(PrecisionFp8, RefusedByNameWhereItCannotRun) {
   auto message = [](const std::string& value) {
     auto args = make_args("fsdp2", "bf16");
@@ -182,8 +181,7 @@ TEST(PrecisionFp8, RefusedByNameWhereItCannotRun) {
   };
   EXPECT_EQ(message("off"), "");
   EXPECT_NE(message("rowwise").find("(allowed: off, tensorwise, delayed)"), std::string::npos);
-  const std::string why = compat::kHasScaledMm ? "compute capability 8.9 or later; this engine runs on cpu"
-                                               : "LibTorch 2.5 or later";
+  const std::string why = "compute capability 8.9 or later; this engine runs on cpu";
   for (const char* recipe : {"tensorwise", "delayed"}) {
     const std::string cpu = message(recipe);
     EXPECT_NE(cpu.find(why), std::string::npos) << cpu;

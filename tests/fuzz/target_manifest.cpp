@@ -48,7 +48,7 @@ Target manifest_target() {
   t.syntax = Syntax::kToml;
   t.fuzz_one = manifest::fuzz_one;
   t.seeds = [] {
-    return std::vector<std::string>{rendered("plugin/fsdp/plugin.toml.in"), rendered("tests/registry/alpha.toml.in"),
+    return std::vector<std::string>{rendered("plugin.toml"), rendered("tests/registry/alpha.toml.in"),
                                     rendered("examples/plugin/plugin.toml.in")};
   };
   t.dictionary = {"manifest_version", "name", "version", "api_version", "library", "sha256", "capabilities",

@@ -2,15 +2,14 @@
 // and in gradients.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
 #include "models/fused_ops.h"
 
 namespace enginery {
 namespace models {
 namespace {
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using testing::max_diff;
 
 void check_swiglu(torch::Dtype dtype, double tol) {
   torch::manual_seed(7);

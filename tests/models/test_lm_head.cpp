@@ -1,6 +1,7 @@
 // The chunked log-prob / entropy head equals the plain full-logits computation, in values and gradients.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
 #include "models/lm_head.h"
 
 namespace enginery {
@@ -30,9 +31,7 @@ std::pair<torch::Tensor, torch::Tensor> grads(const Problem& p, const TokenLogPr
   return {g[0], g[1]};
 }
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using testing::max_diff;
 
 TEST(ChunkedLogProbs, EqualsFullLogitsInFloat64ForAnyChunking) {
   auto p = make_problem(37, 16, 50, torch::kDouble);

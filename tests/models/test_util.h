@@ -60,6 +60,11 @@ inline void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
+// Largest absolute elementwise difference, computed in float64.
+inline double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
 }  // namespace testing
 }  // namespace models
 }  // namespace enginery

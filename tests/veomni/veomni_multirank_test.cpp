@@ -100,7 +100,10 @@ void run_world2(const std::string& param_dtype, double tolerance_vs_world1) {
       veomni::VeOmniEngine one(args1);
       std::vector<double> one_norms;
       auto one_params = train(one, global, &one_norms);
-      EXPECT_LE(veomni_test::max_diff(veomni_params, one_params), tolerance_vs_world1);
+      using veomni_test::Params;
+      EXPECT_LE(veomni_test::max_diff(veomni_params, one_params, Params::kAllButKeyBias), tolerance_vs_world1);
+      // A tenth of one step's lr (1e-2): noise-driven moves stay far below it (5e-5 seen with torch 2.11).
+      EXPECT_LE(veomni_test::max_diff(veomni_params, one_params, Params::kKeyBiasOnly), 1e-3);
       for (int step = 0; step < kSteps; ++step) {
         EXPECT_NEAR(veomni_norms[step], one_norms[step], tolerance_vs_world1 + 1e-4 * one_norms[step]);
       }
@@ -110,8 +113,7 @@ void run_world2(const std::string& param_dtype, double tolerance_vs_world1) {
 
 TEST(VeOmniMultiRank, Fp32World2MatchesFsdp2AndWorld1AndRank1NeverLoadsWeights) { run_world2("fp32", 2e-5); }
 
-// bf16 over 2 Gloo ranks is not tested: the fsdp plugin's Collectives gathers bf16 as int16, which LibTorch 1.13's
-// Gloo allgather rejects ("Invalid scalar type"); the bf16 path is covered on one rank (veomni_settings_test).
+// bf16 is covered on one rank (veomni_settings_test); over 2 Gloo ranks only fp32 is compared here.
 
 }  // namespace
 }  // namespace enginery

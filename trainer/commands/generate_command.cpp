@@ -160,7 +160,7 @@ int run_generate(GenerateArgs a) {
   return 0;
 }
 
-CommandRegistration registration(
+CommandRegistration generate_registration(
     "generate", "Continue token-id prompts with a model: greedy or sampled, KV-cached (JSON in, JSON out)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenerateArgs>();

@@ -46,7 +46,7 @@ int run_logprobs(const LogprobsArgs& a) {
   return 0;
 }
 
-CommandRegistration registration(
+CommandRegistration logprobs_registration(
     "logprobs", "Per-token log-probs and entropies of token sequences under a model (JSON in, JSON out)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<LogprobsArgs>();

@@ -8,7 +8,7 @@
 namespace enginery {
 namespace {
 
-CommandRegistration registration(
+CommandRegistration plot_registration(
     "plot", "Draw a run's loss and held-out accuracy (from metrics.jsonl) to a PNG",
     [](CLI::App& sub) -> std::function<int()> {
       auto dir = std::make_shared<std::string>();

@@ -98,7 +98,7 @@ int run_train(const TrainOptions& o) {
   return 0;
 }
 
-CommandRegistration registration(
+CommandRegistration train_registration(
     "train", "Train a model with a sharded engine from a TOML config (verl names and defaults)",
     [](CLI::App& sub) -> std::function<int()> {
       auto options = std::make_shared<TrainOptions>();

@@ -9,7 +9,8 @@
 
 With verl installed, `import verl` loads this package's `verl.plugins` entry point (enginery.verl.plugin), which
 registers both engines with verl's EngineRegistry under the backends enginery_fsdp, enginery_fsdp2 and
-enginery_veomni, for language_model and value_model, on cuda and cpu. The plugins come from ENGINERY_PLUGIN_PATH.
+enginery_veomni, for language_model and value_model, on cuda and cpu. The plugins are those of
+ENGINERY_PLUGIN_PATH, then the package's own (enginery.bundled_plugin_dir()).
 """
 from .engine import BACKEND_PREFIX, EngineryVerlEngine, LanguageModelEngine, ValueModelEngine  # noqa: F401
 

@@ -6,8 +6,8 @@ length or a jagged mask aligned with input_ids (SFT), and metadata. Its engines 
 the same jagged layout, log_probs[t] being the log-probability of token t + 1 (the logits of position t).
 
 The C++ engines take a right-padded [batch, seq] batch with attention_mask, and emit log_probs[b, t] for token t
-itself (batch.h). This module converts between the two; it needs no extension and runs on torch 1.13, where
-nested tensors have no jagged layout: there, a list of 1-D tensors (or a strided nested tensor) stands for one.
+itself (batch.h). This module converts between the two and needs no extension; a list of 1-D tensors (or a
+strided nested tensor) is accepted wherever a jagged one is.
 """
 import torch
 
