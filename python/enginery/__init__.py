@@ -24,15 +24,20 @@ from ._torch_check import import_torch
 # torch's Python types, which the extension converts to and from.
 try:
     torch = import_torch(_build_info.TORCH_VERSION)
+    from ._enginery import Engine, EngineryError, LossContext, ModeContext, WeightBuckets, WeightStream  # noqa: F401
 except ImportError as error:
-    # The `enginery` console script (enginery._cli) imports this package first: there the one line is the whole
-    # output, as for the command's other errors, not the last line of a traceback.
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "enginery":
+    # The `enginery` console script (enginery._cli) and `python -m enginery.verl doctor` import this package first
+    # (sys.argv[0] is "-m" while Python locates a -m module): there the one line is the whole output, as for the
+    # commands' other errors, not the last line of a traceback.
+    command = sys.argv[0] if sys.argv else ""
+    if os.path.basename(command) == "enginery" or command == "-m":
         raise SystemExit(f"enginery: {error}") from None
+    # Imported by `import verl` through the verl.plugins entry point, whose failures verl logs at DEBUG only.
+    if getattr(getattr(sys.modules.get("verl"), "__spec__", None), "_initializing", False):
+        warnings.warn(f"enginery: its engines were not registered with verl: {error}", RuntimeWarning, stacklevel=2)
     raise
 
-from ._enginery import Engine, EngineryError, LossContext, ModeContext, WeightBuckets, WeightStream  # noqa: F401
-from . import _enginery
+from . import _enginery  # noqa: E402
 
 __version__ = _build_info.VERSION
 __all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "WeightBuckets", "WeightStream", "load_plugins",

@@ -2,12 +2,17 @@
 // "The contract"). Built against the LibTorch of the torch that imports it, so tensors and process groups are
 // torch's own objects on both sides.
 #include "host_api/error.h"
+#include "host_api/grad_scaler.h"
+#include "host_api/precision.h"
 #include "python/src/py_engine.h"
 #include "python/src/py_factory.h"
 #include "python/src/py_weights.h"
 
 namespace py = pybind11;
+using enginery::BaseEngine;
+using enginery::GradScaler;
 using enginery::LossContext;
+using enginery::PrecisionType;
 using enginery::python::EngineRequest;
 using enginery::python::ModeContext;
 using enginery::python::PyEngine;
@@ -51,6 +56,30 @@ void bind_engine(py::module_& m) {
       .def("load_checkpoint", &PyEngine::load_checkpoint, py::arg("path"))
       .def("to", &PyEngine::to, py::arg("device"), py::arg("model") = true, py::arg("optimizer") = true,
            py::arg("grad") = true)
+      // What the engine computes in, read-only (docs/ARCHITECTURE.md, "Precision"): param/reduce/buffer dtypes as
+      // "fp32" / "bf16" / "fp16" (autocast runs in param_dtype; fp32 is no autocast), and the grad scaler's state,
+      // None when the engine does not scale its loss.
+      .def_property_readonly("precision", [](const PyEngine& self) {
+        const BaseEngine& engine = *self.engine();
+        py::dict out;
+        out["param_dtype"] = PrecisionType::to_str(engine.precision().param_dtype);
+        out["reduce_dtype"] = PrecisionType::to_str(engine.precision().reduce_dtype);
+        out["buffer_dtype"] = PrecisionType::to_str(engine.precision().buffer_dtype);
+        out["autocast"] = engine.precision().param_dtype != c10::kFloat;
+        py::object scaler = py::none();
+        if (const GradScaler* s = engine.grad_scaler()) {
+          py::dict state;
+          state["scale"] = s->current_scale();
+          state["growth_factor"] = s->growth_factor();
+          state["backoff_factor"] = s->backoff_factor();
+          state["growth_interval"] = s->growth_interval();
+          state["growth_tracker"] = s->growth_tracker();
+          state["last_step_skipped"] = s->last_step_skipped();
+          scaler = std::move(state);
+        }
+        out["grad_scaler"] = scaler;
+        return out;
+      })
       .def("get_data_parallel_rank", &PyEngine::data_parallel_rank)
       .def("get_data_parallel_size", &PyEngine::data_parallel_size)
       // Collective (every rank iterates to the end); enginery.Engine.get_per_tensor_param wraps weight_stream.

@@ -1,7 +1,6 @@
 """An enginery engine behind verl's BaseEngine methods (verl/workers/engine/base.py): what verl's workers call, with
 verl's data layout (layout.py), loss-function signature and result structure. docs/ARCHITECTURE.md, "The contract".
 """
-import dataclasses
 import math
 
 import torch
@@ -9,42 +8,11 @@ import torch
 import enginery
 
 from . import layout
+from .config import error as _error
+from .config import section as _section
 from .layout import LayoutError
 
 BACKEND_PREFIX = "enginery_"
-# verl config fields the engine reads, by section, when a config comes as verl's dataclass (not a dict): verl's
-# dataclasses carry every field of every backend, most of which mean nothing here. A dict is passed whole, so an
-# unknown key there is an error naming it.
-_DATACLASS_FIELDS = {
-    "model": ("path", "tokenizer_path", "trust_remote_code", "override_dtype", "use_remove_padding",
-              "enable_gradient_checkpointing"),
-    "engine": ("strategy", "micro_batch_size_per_gpu", "use_dynamic_bsz", "max_token_len_per_gpu", "fsdp_size",
-               "reshard_after_forward", "forward_prefetch", "mixed_precision", "model_dtype", "seed",
-               "forward_only", "entropy_from_logits_with_chunking", "param_offload", "optimizer_offload"),
-    "optim": ("optimizer", "lr", "betas", "eps", "weight_decay", "clip_grad", "lr_scheduler_type",
-              "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "total_training_steps"),
-    "checkpoint": ("save_contents", "load_contents", "async_save"),
-}
-
-
-def _error(what, where, allowed):
-    return enginery.EngineryError(f"{where}: {what} (allowed: {allowed})")
-
-
-def _section(config, section):
-    """One of verl's config objects as a dict of the engine's keys."""
-    if config is None:
-        return {}
-    if isinstance(config, dict):
-        return dict(config)
-    if hasattr(config, "items") and hasattr(config, "keys"):  # OmegaConf DictConfig and other mappings
-        return {key: config[key] for key in config.keys()}
-    if dataclasses.is_dataclass(config):
-        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        if section == "model" and values.get("local_path"):  # verl's copy of `path` on this machine
-            values["path"] = values["local_path"]
-        return {key: values[key] for key in _DATACLASS_FIELDS[section] if values.get(key) is not None}
-    raise _error(f"a {type(config).__name__}", f"enginery.verl {section} config", "a dict or verl's config dataclass")
 
 
 def backend_of(strategy):
@@ -103,9 +71,13 @@ class EngineryVerlEngine:
 
     def __init__(self, model_config=None, engine_config=None, optimizer_config=None, checkpoint_config=None, *,
                  device=None, plugin_dirs=(), backend=None):
-        sections = {"model": _section(model_config, "model"), "engine": _section(engine_config, "engine"),
-                    "optim": _section(optimizer_config, "optim"),
-                    "checkpoint": _section(checkpoint_config, "checkpoint")}
+        # verl's trainers fill in some fields after construction (the SFT trainer sets
+        # optimizer_config.total_training_steps), and its engines read their configs in initialize(): so does this
+        # one, building the engine again there when a section changed. Built here too, so that a bad config stops
+        # before any work.
+        self._configs = {"model": model_config, "engine": engine_config, "optim": optimizer_config,
+                         "checkpoint": checkpoint_config}
+        sections = self._sections()
         strategy = sections["engine"].pop("strategy", None)
         # The adapter's own key (not the engine's): state in host memory outside train_mode()/eval_mode().
         self._offload_outside_modes = sections["engine"].pop("offload_outside_modes", False)
@@ -115,8 +87,18 @@ class EngineryVerlEngine:
         enginery.load_plugins(list(plugin_dirs))
         if self._offload_outside_modes is not False:
             self._check_offload_outside_modes()
-        self._engine = enginery.new_engine(self.model_type, self.backend, self.device, sections)
+        self._built_from = self._sections()
+        self._engine = self._new_engine(sections)
         self.mode = None
+
+    def _sections(self):
+        return {name: _section(config, name) for name, config in self._configs.items()}
+
+    def _new_engine(self, sections):
+        sections = {name: dict(values) for name, values in sections.items()}
+        sections["engine"].pop("strategy", None)
+        sections["engine"].pop("offload_outside_modes", None)
+        return enginery.new_engine(self.model_type, self.backend, self.device, sections)
 
     def _check_offload_outside_modes(self):
         """Refuses offload_outside_modes before any work unless it is a bool and the engine can move its state."""
@@ -133,6 +115,10 @@ class EngineryVerlEngine:
 
     # --- lifecycle and modes ---
     def initialize(self):
+        now = self._sections()
+        if now != self._built_from:
+            self._engine = self._new_engine(now)
+            self._built_from = now
         self._engine.initialize()
         if self._offload_outside_modes:
             self._engine.to("cpu", True, True, True)  # verl's engine, too, offloads right after building
@@ -153,6 +139,18 @@ class EngineryVerlEngine:
     @property
     def is_optimizer_offload_enabled(self):
         return bool(self._engine_section.get("optimizer_offload", False))
+
+    # --- precision, as verl's FSDP engine exposes it (verl's tests read these two) ---
+    @property
+    def _autocast_dtype(self):
+        """The dtype the forward computes in: engine.mixed_precision.param_dtype (torch.float32: no autocast)."""
+        return _TORCH_DTYPES[self._engine.precision["param_dtype"]]
+
+    @property
+    def scaler(self):
+        """The engine's sharded grad scaler (a read-only view), or None: fp16 gets one, bf16 and fp32 none."""
+        state = self._engine.precision["grad_scaler"]
+        return None if state is None else ShardedGradScalerView(self._engine)
 
     # --- steps ---
     def forward_backward_batch(self, data, loss_function, forward_only=False):
@@ -224,6 +222,38 @@ class EngineryVerlEngine:
 
     def is_mp_src_rank_with_outputs(self):
         return True  # no tensor or sequence parallelism: every rank holds its rows' outputs
+
+
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class ShardedGradScalerView:
+    """What torch's ShardedGradScaler answers about itself, read from enginery's C++ sharded scaler (its found-inf is
+    agreed across ranks; docs/ARCHITECTURE.md, "Precision"). The engine drives it; this view only reads."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def _state(self):
+        return self._engine.precision["grad_scaler"]
+
+    def is_enabled(self):
+        return True
+
+    def get_scale(self):
+        return self._state()["scale"]
+
+    def get_growth_factor(self):
+        return self._state()["growth_factor"]
+
+    def get_backoff_factor(self):
+        return self._state()["backoff_factor"]
+
+    def get_growth_interval(self):
+        return self._state()["growth_interval"]
+
+    def last_step_skipped(self):
+        return self._state()["last_step_skipped"]
 
 
 def _no_hdfs(hdfs_path, where):

@@ -1,7 +1,14 @@
 """The `verl.plugins` entry point's module: `import verl` imports it (verl/__init__.py loads every entry point of
-that group), and importing it registers enginery's engines with verl's EngineRegistry. verl logs and skips a
-plugin whose import fails, so a failure here never breaks verl; `enginery.verl.register()` can be called again
-after `import verl` to see the error."""
-from . import register
+that group), and importing it registers enginery's engines with verl's EngineRegistry. verl logs a plugin whose
+import fails at DEBUG only and goes on, so a failure here would surface later as "Unknown backend": it is warned
+about here, loudly, and `python -m enginery.verl doctor` says why step by step."""
+import warnings
 
-register()
+try:
+    from . import register
+
+    register()
+except Exception as error:
+    warnings.warn(f"enginery: its engines were not registered with verl ({type(error).__name__}: {error}); run "
+                  f"`python -m enginery.verl doctor` to see why", RuntimeWarning, stacklevel=2)
+    raise

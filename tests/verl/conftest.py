@@ -1,0 +1,61 @@
+"""Fixtures of the tests that drive enginery through verl's own code (verl 0.9 from PyPI, requirements.txt), on the
+CPU: a tiny Qwen2 written by transformers (no hub), and verl's config objects for it as verl's workers build them."""
+import os
+
+import pytest
+import torch
+
+# verl has no CPU platform: its registry would look engines up under "cuda" (its fallback) on a machine without a
+# GPU. This selects the cpu registrations, as a CPU user of verl does.
+os.environ.setdefault("VERL_ENGINE_DEVICE", "cpu")
+
+import transformers  # noqa: E402
+
+ENGINE_YAML = os.path.join(os.path.dirname(__import__("enginery.verl").verl.__file__), "conf", "engine",
+                           "enginery.yaml")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A Qwen2 of two layers in Hugging Face format (config.json + model.safetensors), random weights, seed 0."""
+    path = tmp_path_factory.mktemp("tiny_qwen2")
+    config = transformers.Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      tie_word_embeddings=False)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    return str(path)
+
+
+def engine_config(**fields):
+    """enginery's engine config as `engine=enginery` gives it: the shipped yaml through verl's
+    omega_conf_to_dataclass, with `fields` merged in."""
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+    return omega_conf_to_dataclass(OmegaConf.merge(OmegaConf.load(ENGINE_YAML), fields))
+
+
+def optimizer_config(**fields):
+    """verl's own optimizer yaml (optim/fsdp.yaml -> FSDPOptimizerConfig), `fields` merged in."""
+    import verl
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+    yaml = os.path.join(os.path.dirname(verl.__file__), "trainer", "config", "optim", "fsdp.yaml")
+    return omega_conf_to_dataclass(OmegaConf.merge(OmegaConf.load(yaml), fields))
+
+
+def model_config(path, **fields):
+    """verl's HFModelConfig of a local directory without a tokenizer; sdpa as verl's own CPU runs need it."""
+    from verl.workers.config import HFModelConfig
+    return HFModelConfig(path=path, load_tokenizer=False, override_config={"attn_implementation": "sdpa"}, **fields)
+
+
+def new_engine(path, backend="enginery_fsdp2", model_type="language_model", model=None, engine=None, optim=None):
+    """EngineRegistry.new as verl's TrainingWorker calls it."""
+    from verl.trainer.config import CheckpointConfig
+    from verl.workers.engine.base import EngineRegistry
+    return EngineRegistry.new(model_type=model_type, backend=backend,
+                              model_config=model if model is not None else model_config(path),
+                              engine_config=engine if engine is not None else engine_config(strategy=backend),
+                              optimizer_config=optim if optim is not None else optimizer_config(),
+                              checkpoint_config=CheckpointConfig())
