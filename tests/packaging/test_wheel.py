@@ -61,6 +61,7 @@ def run(venv, *command):
 def test_wheel_holds_the_package_command_plugins_and_metadata(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ("enginery/__init__.py", "enginery/_build_info.py", "enginery/_cli.py", "enginery/verl/plugin.py",
+                     "enginery/verl/engine_config.py", "enginery/verl/conf/engine/enginery.yaml",
                      "enginery/bin/enginery", "enginery/lib/libenginery_host_api.so",
                      "enginery/lib/enginery/plugins/enginery_fsdp/libenginery_fsdp.so",
                      "enginery/lib/enginery/plugins/enginery_fsdp/plugin.toml"):

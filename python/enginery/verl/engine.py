@@ -292,6 +292,20 @@ def _check_metadata(data):
     return entropy
 
 
+def _micro_batch(data, rows, size, **metadata):
+    """verl's rows `rows` of the batch, as verl's own engine hands them to its loss: a TensorDict stays one (verl's
+    losses call its select(...).to_padded_tensor()), cut by verl's index_select_tensor_dict, with `metadata` as
+    non-tensor entries; a dict stays a dict."""
+    if type(data).__name__ == "TensorDict":
+        from verl.utils import tensordict_utils as tu
+        micro = tu.index_select_tensor_dict(data, rows)
+        tu.assign_non_tensor(micro, **metadata)
+        return micro
+    micro = layout.select_rows(data, rows, size)
+    micro.update(metadata)
+    return micro
+
+
 class _Call:
     """One forward_backward_batch: the engine's batch, the loss function as the engine calls it, and verl's result
     put together from what each micro-batch's loss saw."""
@@ -325,9 +339,8 @@ class _Call:
             return next(iter(model_output.values())).sum() * 0.0
         sub = self.layout.subset(rows)
         verl_output = {name: sub.output(name, value) for name, value in model_output.items()}
-        verl_data = layout.select_rows(self.data, rows, self.size)
-        verl_data["batch_num_tokens"] = ctx.global_num_tokens
-        verl_data["dp_size"] = ctx.dp_size
+        verl_data = _micro_batch(self.data, rows, self.size, batch_num_tokens=ctx.global_num_tokens,
+                                 dp_size=ctx.dp_size)
         returned = self.loss_function(model_output=verl_output, data=verl_data,
                                       dp_group=self.owner.get_data_parallel_group())
         loss, metrics = returned if isinstance(returned, tuple) else (returned, {})

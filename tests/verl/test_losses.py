@@ -1,0 +1,117 @@
+"""verl's own losses (verl/workers/utils/losses.py) through enginery's train_batch, on batches built as verl builds
+them, against a plain torch + transformers computation of the same step from the same weights (fp32, one
+process): the loss each returns and the gradient norm before clipping.
+- ppo_loss with verl's ActorConfig: DataProto -> to_tensordict -> left_right_2_no_padding, the loss reading the
+  micro-batch TensorDict as verl's engine hands it (select(...).to_padded_tensor());
+- sft_loss: the no-padding SFT layout of verl's SFT collator (nested input_ids, position_ids and loss_mask)."""
+from functools import partial
+
+import pytest
+import torch
+import transformers
+from conftest import engine_config, new_engine, optimizer_config
+
+FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+PROMPTS = [[5, 9, 3], [7, 2], [11, 4, 6, 8]]
+RESPONSES = [[12, 30, 7, 2], [40, 3], [9, 9, 21]]
+ADVANTAGES = [1.0, -0.5, 0.25]
+
+
+def fp32_engine(path):
+    engine = new_engine(path, engine=engine_config(strategy="enginery_fsdp2", mixed_precision=FP32),
+                        optim=optimizer_config(lr=1e-4, clip_grad=1.0, total_training_steps=10))
+    engine.initialize()
+    return engine
+
+
+def reference_model(path):
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
+                                                              attn_implementation="eager")
+    model.train()
+    return model
+
+
+def grad_norm(model):
+    return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters() if p.grad is not None)).item()
+
+
+def token_log_probs(model, ids):
+    """log p(ids[t + 1] | ids[:t + 1]) for t = 0 .. n-2, one unpadded sequence at a time."""
+    logits = model(torch.tensor([ids])).logits[0, :-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
+
+
+def ppo_batch(old_log_probs):
+    from verl.protocol import DataProto
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+    rows, p_len, r_len = len(PROMPTS), max(map(len, PROMPTS)), max(map(len, RESPONSES))
+    prompts = torch.zeros(rows, p_len, dtype=torch.long)
+    responses = torch.zeros(rows, r_len, dtype=torch.long)
+    attention = torch.zeros(rows, p_len + r_len, dtype=torch.long)
+    response_mask = torch.zeros(rows, r_len)
+    old = torch.zeros(rows, r_len)
+    for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES)):
+        prompts[i, p_len - len(p):] = torch.tensor(p)
+        responses[i, :len(r)] = torch.tensor(r)
+        attention[i, p_len - len(p): p_len + len(r)] = 1
+        response_mask[i, :len(r)] = 1
+        old[i, :len(r)] = old_log_probs[i]
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    batch = DataProto.from_dict(tensors={
+        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], -1),
+        "attention_mask": attention, "position_ids": position_ids, "response_mask": response_mask,
+        "old_log_probs": old, "advantages": torch.tensor(ADVANTAGES).unsqueeze(-1) * response_mask})
+    data = left_right_2_no_padding(batch.to_tensordict())
+    tu.assign_non_tensor(data, temperature=1.0, use_dynamic_bsz=False, micro_batch_size_per_gpu=2,
+                         calculate_entropy=False, global_batch_size=rows, pad_mode="no_padding")
+    return data
+
+
+def test_ppo_loss_through_train_batch_equals_torch_and_transformers(tiny_model_dir):
+    from verl.workers.config import ActorConfig
+    from verl.workers.utils.losses import ppo_loss
+    model = reference_model(tiny_model_dir)
+    sequences = [p + r for p, r in zip(PROMPTS, RESPONSES)]
+    # Old log-probs from the reference, so the ratio starts at 1 (inside the clip range): the loss is
+    # -sum(A * ratio) over response tokens / their count, its gradient -A * grad log p.
+    with torch.no_grad():
+        old = [token_log_probs(model, s)[len(p) - 1:] for s, p in zip(sequences, PROMPTS)]
+    tokens = sum(map(len, RESPONSES))
+    loss = sum((-(a * torch.exp(token_log_probs(model, s)[len(p) - 1:] - o))).sum()
+               for s, p, a, o in zip(sequences, PROMPTS, ADVANTAGES, old)) / tokens
+    loss.backward()
+
+    engine = fp32_engine(tiny_model_dir)
+    config = ActorConfig(strategy="enginery_fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=2)
+    with engine.train_mode():
+        out = engine.train_batch(ppo_batch(old), partial(ppo_loss, config))
+    assert sum(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+    assert out["metrics"]["grad_norm"] == pytest.approx(grad_norm(model), rel=1e-4)
+
+
+def sft_batch(loss_masks):
+    from verl.utils import tensordict_utils as tu
+    ids = [torch.tensor(p + r) for p, r in zip(PROMPTS, RESPONSES)]
+    nested = lambda rows: torch.nested.as_nested_tensor(rows, layout=torch.jagged)  # noqa: E731
+    data = tu.get_tensordict({"input_ids": nested(ids), "position_ids": nested([torch.arange(len(t)) for t in ids]),
+                              "loss_mask": nested(loss_masks)},
+                             {"temperature": 1.0, "use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2,
+                              "pad_mode": "no_padding", "calculate_entropy": False})
+    return data
+
+
+def test_sft_loss_through_train_batch_equals_torch_and_transformers(tiny_model_dir):
+    from verl.workers.utils.losses import sft_loss
+    model = reference_model(tiny_model_dir)
+    # verl's SFT mask is aligned with input_ids: 1 on the response tokens, which are the targets.
+    masks = [torch.tensor([0.0] * len(p) + [1.0] * len(r)) for p, r in zip(PROMPTS, RESPONSES)]
+    total = sum(float(m.sum()) for m in masks)
+    loss = -sum((token_log_probs(model, p + r) * m[1:]).sum() for p, r, m in zip(PROMPTS, RESPONSES, masks)) / total
+    loss.backward()
+
+    engine = fp32_engine(tiny_model_dir)
+    with engine.train_mode():
+        out = engine.train_batch(sft_batch(masks), partial(sft_loss, config=None))
+    assert sum(out["loss"]) == pytest.approx(loss.item(), rel=1e-5)
+    assert out["metrics"]["grad_norm"] == pytest.approx(grad_norm(model), rel=1e-4)
