@@ -59,3 +59,15 @@ def new_engine(path, backend="enginery_fsdp2", model_type="language_model", mode
                               engine_config=engine if engine is not None else engine_config(strategy=backend),
                               optimizer_config=optim if optim is not None else optimizer_config(),
                               checkpoint_config=CheckpointConfig())
+
+
+@pytest.fixture(scope="session")
+def tiny_value_model_dir(tmp_path_factory):
+    """The same Qwen2 shape as a critic: transformers' token classification with one label (verl's value model)."""
+    path = tmp_path_factory.mktemp("tiny_qwen2_value")
+    config = transformers.Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      tie_word_embeddings=False, num_labels=1)
+    torch.manual_seed(1)
+    transformers.AutoModelForTokenClassification.from_config(config).save_pretrained(path)
+    return str(path)

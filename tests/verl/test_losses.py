@@ -3,7 +3,8 @@ them, against a plain torch + transformers computation of the same step from the
 process): the loss each returns and the gradient norm before clipping.
 - ppo_loss with verl's ActorConfig: DataProto -> to_tensordict -> left_right_2_no_padding, the loss reading the
   micro-batch TensorDict as verl's engine hands it (select(...).to_padded_tensor());
-- sft_loss: the no-padding SFT layout of verl's SFT collator (nested input_ids, position_ids and loss_mask)."""
+- sft_loss: the no-padding SFT layout of verl's SFT collator (nested input_ids, position_ids and loss_mask);
+- value_loss with verl's CriticConfig on a value model (transformers' token classification, one label)."""
 from functools import partial
 
 import pytest
@@ -139,3 +140,34 @@ def test_infer_batch_log_probs_and_entropy_equal_transformers(tiny_model_dir):
             assert got_lp.shape[0] == len(ids)
             assert torch.allclose(got_lp[:-1], want_lp, atol=1e-4), (got_lp, want_lp)
             assert torch.allclose(got_entropy[:-1], want_entropy[:-1], atol=1e-4)
+
+
+def test_value_loss_through_train_batch_equals_torch_and_transformers(tiny_value_model_dir):
+    """verl's value_loss on a value model: verl's critic values of response token j are the head's output at the
+    position before it; with old values equal to the current ones the clip is inactive, and the loss is
+    0.5 * sum((v - returns)^2) over response tokens / their count."""
+    from verl.workers.config import CriticConfig
+    from verl.workers.utils.losses import value_loss
+    model = transformers.AutoModelForTokenClassification.from_pretrained(tiny_value_model_dir, dtype=torch.float32,
+                                                                         attn_implementation="eager")
+    returns = [torch.linspace(-1.0, 1.0, len(r)) for r in RESPONSES]
+    vpreds = [model(torch.tensor([p + r])).logits[0, len(p) - 1: len(p) + len(r) - 1, 0]
+              for p, r in zip(PROMPTS, RESPONSES)]
+    tokens = sum(map(len, RESPONSES))
+    loss = 0.5 * sum(((v - g) ** 2).sum() for v, g in zip(vpreds, returns)) / tokens
+    loss.backward()
+
+    data = ppo_batch([torch.zeros(len(r)) for r in RESPONSES])
+    width = data["response_mask"].shape[1]
+    pad = lambda rows: torch.stack([torch.nn.functional.pad(t.detach(), (0, width - len(t))) for t in rows])  # noqa: E731
+    data["values"] = pad(vpreds)
+    data["returns"] = pad(returns)
+    engine = new_engine(tiny_value_model_dir, model_type="value_model",
+                        engine=engine_config(strategy="enginery_fsdp2", mixed_precision=FP32),
+                        optim=optimizer_config(lr=1e-4, total_training_steps=10))
+    engine.initialize()
+    config = CriticConfig(strategy="enginery_fsdp2", ppo_micro_batch_size_per_gpu=2)
+    with engine.train_mode():
+        out = engine.train_batch(data, partial(value_loss, config))
+    assert sum(out["loss"]) == pytest.approx(loss.item(), rel=1e-5)
+    assert out["metrics"]["grad_norm"] == pytest.approx(grad_norm(model), rel=1e-4)
