@@ -8,15 +8,7 @@
 out=$(realpath -m "${1:?usage: check_install.sh OUT}")
 mkdir -p "$out"
 repo=$PWD
-summary="$out/summary.txt"
-: > "$summary"
-step() {  # step NAME SECONDS COMMAND...
-  local name=$1 limit=$2; shift 2
-  local start=$SECONDS
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  printf '%-24s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$summary"
-}
+source scripts/gpu/steps.sh
 step install 420 bash -c "source scripts/gpu/install.sh build-gpu"
 venv=/tmp/enginery-venv
 elsewhere=$(mktemp -d)

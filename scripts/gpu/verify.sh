@@ -8,15 +8,7 @@ source scripts/gpu/setup.sh
 set +e +o pipefail
 export NCCL_NVLS_ENABLE=0
 
-summary="$out/summary.txt"
-: > "$summary"
-step() {  # step NAME SECONDS COMMAND...
-  local name=$1 limit=$2; shift 2
-  local start=$SECONDS
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  printf '%-28s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$summary"
-}
+source scripts/gpu/steps.sh
 
 step build 300 scripts/gpu/build.sh build-gpu
 step ctest_gpu 120 bash -c 'cd build-gpu && ctest -L gpu --output-on-failure'

@@ -69,26 +69,30 @@ def ppo_batch(old_log_probs):
     return data
 
 
+def ppo_reference(path):
+    """The PPO step of the whole batch in torch + transformers: (old log-probs per row, loss, grad norm). Old
+    log-probs are the model's own, so the ratio is 1 (inside the clip range): the loss is -sum(A * ratio) over the
+    response tokens / their count, its gradient -A * grad log p."""
+    model = reference_model(path)
+    with torch.no_grad():
+        old = [token_log_probs(model, p + r)[len(p) - 1:] for p, r in zip(PROMPTS, RESPONSES)]
+    tokens = sum(map(len, RESPONSES))
+    loss = sum((-(a * torch.exp(token_log_probs(model, p + r)[len(p) - 1:] - o))).sum()
+               for p, r, a, o in zip(PROMPTS, RESPONSES, ADVANTAGES, old)) / tokens
+    loss.backward()
+    return old, loss.item(), grad_norm(model)
+
+
 def test_ppo_loss_through_train_batch_equals_torch_and_transformers(tiny_model_dir):
     from verl.workers.config import ActorConfig
     from verl.workers.utils.losses import ppo_loss
-    model = reference_model(tiny_model_dir)
-    sequences = [p + r for p, r in zip(PROMPTS, RESPONSES)]
-    # Old log-probs from the reference, so the ratio starts at 1 (inside the clip range): the loss is
-    # -sum(A * ratio) over response tokens / their count, its gradient -A * grad log p.
-    with torch.no_grad():
-        old = [token_log_probs(model, s)[len(p) - 1:] for s, p in zip(sequences, PROMPTS)]
-    tokens = sum(map(len, RESPONSES))
-    loss = sum((-(a * torch.exp(token_log_probs(model, s)[len(p) - 1:] - o))).sum()
-               for s, p, a, o in zip(sequences, PROMPTS, ADVANTAGES, old)) / tokens
-    loss.backward()
-
+    old, loss, norm = ppo_reference(tiny_model_dir)
     engine = fp32_engine(tiny_model_dir)
     config = ActorConfig(strategy="enginery_fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=2)
     with engine.train_mode():
         out = engine.train_batch(ppo_batch(old), partial(ppo_loss, config))
-    assert sum(out["loss"]) == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
-    assert out["metrics"]["grad_norm"] == pytest.approx(grad_norm(model), rel=1e-4)
+    assert sum(out["loss"]) == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    assert out["metrics"]["grad_norm"] == pytest.approx(norm, rel=1e-4)
 
 
 def sft_batch(loss_masks):

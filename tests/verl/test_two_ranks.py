@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from test_losses import ADVANTAGES, PROMPTS, RESPONSES, grad_norm, reference_model, token_log_probs
+from test_losses import ppo_reference
 
 
 def free_port():
@@ -20,14 +20,7 @@ def free_port():
 
 
 def test_two_gloo_ranks_equal_one_process(tiny_model_dir, tmp_path):
-    model = reference_model(tiny_model_dir)
-    sequences = [p + r for p, r in zip(PROMPTS, RESPONSES)]
-    with torch.no_grad():
-        old = [token_log_probs(model, s)[len(p) - 1:] for s, p in zip(sequences, PROMPTS)]
-    tokens = sum(map(len, RESPONSES))
-    loss = sum((-(a * torch.exp(token_log_probs(model, s)[len(p) - 1:] - o))).sum()
-               for s, p, a, o in zip(sequences, PROMPTS, ADVANTAGES, old)) / tokens
-    loss.backward()
+    old, loss, norm = ppo_reference(tiny_model_dir)
     torch.save(old, tmp_path / "old.pt")
 
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "two_rank_worker.py")
@@ -39,6 +32,6 @@ def test_two_gloo_ranks_equal_one_process(tiny_model_dir, tmp_path):
     ranks = [json.loads((tmp_path / f"result.rank{k}.json").read_text()) for k in range(2)]
     assert all(r["dp_size"] == 2 for r in ranks)
     # verl's loss multiplies by dp_size (FSDP averages gradients over ranks); per rank it is that rank's share.
-    assert sum(sum(r["loss"]) for r in ranks) / 2 == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+    assert sum(sum(r["loss"]) for r in ranks) / 2 == pytest.approx(loss, rel=1e-5, abs=1e-6)
     for r in ranks:
-        assert r["grad_norm"] == pytest.approx(grad_norm(model), rel=1e-4)
+        assert r["grad_norm"] == pytest.approx(norm, rel=1e-4)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import engine_config, model_config, optimizer_config
-from test_losses import ADVANTAGES, FP32, PROMPTS, RESPONSES, grad_norm, ppo_batch, reference_model, token_log_probs
+from test_losses import FP32, ppo_batch, ppo_reference, reference_model
 
 import verl_cpu
 
@@ -46,12 +46,6 @@ def new_worker(path):
     return worker
 
 
-def old_log_probs(path):
-    model = reference_model(path)
-    with torch.no_grad():
-        return [token_log_probs(model, p + r)[len(p) - 1:] for p, r in zip(PROMPTS, RESPONSES)]
-
-
 def step(worker, old):
     metrics = worker.train_batch(ppo_batch(old))["metrics"]
     return metrics["loss"], metrics["grad_norm"]
@@ -64,21 +58,16 @@ def weights(worker):
 
 
 def test_training_worker_train_batch_equals_torch_and_transformers(tiny_model_dir):
-    model = reference_model(tiny_model_dir)
-    old = old_log_probs(tiny_model_dir)
-    tokens = sum(map(len, RESPONSES))
-    loss = sum((-(a * torch.exp(token_log_probs(model, p + r)[len(p) - 1:] - o))).sum()
-               for p, r, a, o in zip(PROMPTS, RESPONSES, ADVANTAGES, old)) / tokens
-    loss.backward()
+    old, loss, norm = ppo_reference(tiny_model_dir)
     got_loss, got_norm = step(new_worker(tiny_model_dir), old)
-    assert got_loss == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
-    assert got_norm == pytest.approx(grad_norm(model), rel=1e-4)
+    assert got_loss == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    assert got_norm == pytest.approx(norm, rel=1e-4)
 
 
 def test_checkpoint_handler_resumes_bitwise(tiny_model_dir, tmp_path):
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.utils.checkpoint.checkpoint_handler import CheckpointHandler
-    old = old_log_probs(tiny_model_dir)
+    old, _, _ = ppo_reference(tiny_model_dir)
     loader = StatefulDataLoader(list(range(8)), batch_size=2)
 
     first = new_worker(tiny_model_dir)
