@@ -85,6 +85,49 @@ void check_infer_equals_forward_only(const Target& target) {
   EXPECT_EQ(inferred.loss.item<double>(), forward_only.loss.item<double>());
 }
 
+// The log-prob of each row's last token at temperature T, with that token and with another in its place. Only the
+// last token differs, so (causal attention) the two share every logit of the position predicting it, and the
+// difference of their log-probs is the difference of those two logits divided by T: the check needs no access to
+// the logits, and an engine ignoring the temperature fails it.
+torch::Tensor last_token_log_prob_gap(const Target& target, BaseEngine& engine, const Batch& with_a,
+                                      const Batch& with_b, double t) {
+  Batch a = with_a, b = with_b;
+  if (t != 1.0) {
+    a.set_meta("temperature", t);
+    b.set_meta("temperature", t);
+  }
+  const torch::Tensor last = with_a.at("attention_mask").sum(1) - 1;
+  auto at_last = [&](const BatchOutput& out) {
+    return head_of(target, out).to(torch::kCPU).to(torch::kDouble).gather(1, last.to(torch::kCPU).unsqueeze(1));
+  };
+  return at_last(engine.infer_batch(a)) - at_last(engine.infer_batch(b));
+}
+
+void check_temperature(const Target& target) {
+  auto engine = make_engine(target, EngineSpec{});
+  const Batch with_a = make_batch(target);
+  Batch with_b = with_a;
+  const torch::Tensor last = with_a.at("attention_mask").sum(1, /*keepdim=*/true) - 1;
+  torch::Tensor ids = with_a.at("input_ids").clone();
+  const torch::Tensor other = ids.gather(1, last) % (kTokenLimit - 1) + 1;  // another id in [1, kTokenLimit)
+  with_b.set("input_ids", ids.scatter(1, last, other));
+  const torch::Tensor at_1 = last_token_log_prob_gap(target, *engine, with_a, with_b, 1.0);
+  ASSERT_GT(at_1.abs().max().item<double>(), 1e-3) << "the two tokens have the same log-prob at temperature 1";
+  for (const double t : {0.5, 2.0}) {
+    const torch::Tensor at_t = last_token_log_prob_gap(target, *engine, with_a, with_b, t);
+    EXPECT_LT((at_t * t - at_1).abs().max().item<double>(), 1e-4)
+        << "at temperature " << t << " the log-prob gaps " << at_t << " are not those at 1 (" << at_1 << ") / " << t;
+  }
+  Batch bad = with_a;
+  bad.set_meta("temperature", 0.0);
+  try {
+    engine->infer_batch(bad);
+    ADD_FAILURE() << "temperature 0 was accepted";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("temperature"), std::string::npos) << e.what();
+  }
+}
+
 void check_eval_mode(const Target& target) {
   auto engine = make_engine(target, EngineSpec{});
   const Batch batch = make_batch(target);
@@ -177,6 +220,13 @@ void add_training_checks(std::vector<Check>& checks) {
                     requires_precisions({"fp32"}), check_output_contract});
   checks.push_back({"infer_equals_forward_only", "infer_batch equals forward_backward_batch(forward_only)",
                     requires_precisions({"fp32"}), check_infer_equals_forward_only});
+  checks.push_back({"temperature_scales_logits",
+                    "batch metadata temperature T: log-probs are those of logits / T; T <= 0 is refused by name",
+                    [](const Target& target) {
+                      if (target.value_model()) return std::string("a value model has no log-probs");
+                      return requires_precisions({"fp32"}, {"temperature"})(target);
+                    },
+                    check_temperature});
   checks.push_back({"eval_mode_leaves_no_trace", "eval/train guards restore the mode; no grads, no parameter change",
                     requires_precisions({"fp32"}), check_eval_mode});
   checks.push_back({"grad_accumulation", "gradients accumulate across forward_backward_batch calls",

@@ -242,6 +242,7 @@ BatchOutput BaseEngine::forward_backward_batch(const Batch& batch, const LossFn&
   ctx.dp_size = get_data_parallel_size();
   ctx.num_micro_batches = static_cast<int64_t>(plan.rows.size());
   ctx.calculate_entropy = wants_entropy(batch);
+  batch_temperature(batch);  // a bad value stops the call before any work
 
   BatchOutput out;
   std::map<std::string, std::vector<torch::Tensor>> pieces;

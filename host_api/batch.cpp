@@ -1,5 +1,8 @@
 #include "host_api/batch.h"
 
+#include <cmath>
+#include <string>
+
 #include "host_api/error.h"
 
 namespace enginery {
@@ -23,6 +26,23 @@ const torch::Tensor& Batch::at(const std::string& name) const {
     throw EngineryError("batch has no tensor '" + name + "'", "Batch", present.empty() ? "<empty batch>" : present);
   }
   return it->second;
+}
+
+double batch_temperature(const Batch& batch) {
+  if (!batch.has_meta("temperature")) return 1.0;
+  const MetaValue& value = batch.meta("temperature");
+  double t = 0.0;
+  if (const double* d = std::get_if<double>(&value)) {
+    t = *d;
+  } else if (const int64_t* i = std::get_if<int64_t>(&value)) {
+    t = static_cast<double>(*i);
+  } else {
+    throw EngineryError("must be a number", "batch metadata 'temperature'", "a finite number > 0");
+  }
+  if (!(t > 0.0) || !std::isfinite(t)) {
+    throw EngineryError("= " + std::to_string(t), "batch metadata 'temperature'", "a finite number > 0");
+  }
+  return t;
 }
 
 const MetaValue& Batch::meta(const std::string& name) const {

@@ -43,4 +43,10 @@ class Batch {
   std::map<std::string, MetaValue> meta_;
 };
 
+// The batch's `temperature` metadata (verl's name): the language head divides the logits by it before the
+// log-softmax, so log-probs and entropy are those of the sampling distribution at that temperature (values are not
+// affected). 1 when absent. Throws EngineryError naming the entry unless it is a finite number > 0. Engines that
+// do not implement it must refuse a value other than 1 (docs/ARCHITECTURE.md, "One step").
+double batch_temperature(const Batch& batch);
+
 }  // namespace enginery

@@ -16,7 +16,10 @@ constexpr int kApiVersionMajor = 2;
 // 2.0/2.1 plugin's engines stream through their get_per_tensor_param.
 // 2.3: train_mode()/eval_mode() offload and reload with [engine.<backend>] offload_outside_modes
 // (host_api/mode_offload.h); the state they need sits in padding, so sizes and offsets are those of 2.0.
-constexpr int kApiVersionMinor = 3;
+// 2.4: batch_temperature() (host_api/batch.h): the batch metadata `temperature`, validated by the host's loop for
+// every engine; engines that scale their logits by it declare the capability `temperature` in their manifest, and
+// hosts pass a value other than 1 only to those (enginery.verl refuses it by name for the others).
+constexpr int kApiVersionMinor = 4;
 
 // Version of the plugin.toml schema this host reads.
 constexpr int kManifestVersion = 1;

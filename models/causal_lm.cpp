@@ -212,7 +212,9 @@ ModelOutput CausalLM::language_head(const torch::Tensor& h_rows, const torch::Te
   const auto weight = output_embedding_weight();
   const auto device = h_rows.device().type();
   const auto compute_dtype = compat::autocast_enabled(device) ? compat::autocast_dtype(device) : weight.scalar_type();
-  auto r = chunked_log_probs(h_rows, weight, targets, head.compute_entropy, compute_dtype, head.chunk_tokens);
+  // logits / T = (hidden / T) @ W^T: the chunked head's logits never exist whole, so the scale goes on its input.
+  const torch::Tensor scaled = head.temperature == 1.0 ? h_rows : h_rows / head.temperature;
+  auto r = chunked_log_probs(scaled, weight, targets, head.compute_entropy, compute_dtype, head.chunk_tokens);
   ModelOutput out;
   out.log_probs = to_padded(r.log_probs);
   std::vector<torch::Tensor> outputs{out.log_probs};

@@ -25,6 +25,8 @@ struct ModelInputs {
 
 struct HeadOptions {
   bool compute_entropy = false;
+  // The language head's log-probs and entropy are those of softmax(logits / temperature) (batch_temperature()).
+  double temperature = 1.0;
   // Token rows per chunk of the log-prob head; 0 = automatic (one chunk's fp32 logits about 64 MiB).
   int64_t chunk_tokens = 0;
 };

@@ -71,8 +71,10 @@ def token_log_probs(model, ids):
 
 def write_data(path, model_dir, args):
     """Per step: prompts, responses (token lists) and, for PPO, advantages (one per sequence, token-level after
-    masking) and the old log-probs of the responses under the initial weights (transformers, fp32), so the
-    importance ratio starts at 1 and the clip range matters only as the weights move."""
+    masking) and old log-probs: the responses' log-probs under the initial weights (transformers, fp32) plus
+    Gaussian noise (--old-logprob-noise), standing in for a rollout engine's log-probs. Without the noise the
+    importance ratio of the first step would be 1 and its loss -mean(advantage) whatever the engine computed; with
+    it the first loss depends on the engine's log-probs, and the clip range cuts some tokens."""
     import random
 
     import torch
@@ -90,10 +92,13 @@ def write_data(path, model_dir, args):
         model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
                                                                   attn_implementation="sdpa")
         model.eval()
+        noise = torch.Generator().manual_seed(args.seed)
         with torch.no_grad():
             for step in steps:
-                step["old_log_probs"] = [token_log_probs(model, p + r)[len(p) - 1:]
-                                         for p, r in zip(step["prompts"], step["responses"])]
+                step["old_log_probs"] = [
+                    token_log_probs(model, p + r)[len(p) - 1:] + args.old_logprob_noise * torch.randn(len(r),
+                                                                                                      generator=noise)
+                    for p, r in zip(step["prompts"], step["responses"])]
     torch.save(steps, path)
 
 
@@ -159,20 +164,19 @@ def import_verl_on_cpu():
     imported: verl's plugin entry points (enginery's among them) import those modules, so `import verl` runs with
     them held back, the platform goes in, then they are loaded by the loop verl itself runs at import."""
     os.environ["VERL_ENGINE_DEVICE"] = "cpu"
-    held = os.environ.get("VERL_USE_EXTERNAL_PLUGINS")
+    policy = os.environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
     os.environ["VERL_USE_EXTERNAL_PLUGINS"] = "none"
     sys.path.insert(0, os.path.join(ROOT, "tests", "verl"))
     import verl  # noqa: F401
     import verl_cpu
     verl_cpu.use_cpu_platform()
-    if held is None:
-        del os.environ["VERL_USE_EXTERNAL_PLUGINS"]
-    else:
-        os.environ["VERL_USE_EXTERNAL_PLUGINS"] = held
     verl_cpu.register_verl_fsdp_on_cpu()
+    os.environ["VERL_USE_EXTERNAL_PLUGINS"] = policy
     from importlib.metadata import entry_points
+    wanted = None if policy == "auto" else set() if policy == "none" else {n.strip() for n in policy.split(",")}
     for entry in entry_points(group="verl.plugins"):
-        entry.load()
+        if wanted is None or entry.name in wanted:
+            entry.load()
     import verl.workers.engine.fsdp.transformer_impl as verl_fsdp
     assert verl_fsdp.device_name == "cpu", verl_fsdp.device_name
 
@@ -193,7 +197,9 @@ def child(args):
 
     from enginery.verl.engine_config import EngineryEngineConfig
 
-    engine_name, dtype, work = args.child
+    engine_name, dtype, work, tag = args.child
+    if args.threads:
+        torch.set_num_threads(args.threads)
     backend = BACKENDS[engine_name]
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
     os.environ["MASTER_PORT"] = str(free_port())
@@ -209,6 +215,7 @@ def child(args):
     else:
         loss_fn = partial(sft_loss, config=None)
 
+    # The same precision for both: fp32 master weights (model_dtype), compute in `dtype`, fp32 reductions.
     mixed = {"param_dtype": dtype, "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     if engine_name == "verl":
         engine_config = FSDPEngineConfig(strategy="fsdp2", use_torch_compile=False, mixed_precision=mixed,
@@ -220,9 +227,10 @@ def child(args):
                                  enable_gradient_checkpointing=False)
     optimizer_config = FSDPOptimizerConfig(lr=args.lr, weight_decay=0.01, clip_grad=1.0,
                                            total_training_steps=len(batches))
+    name = f"[{engine_name} {dtype} {tag}]"
     rss_before = rss_kib()
-    log(f"  [{engine_name} {dtype}] imports and batches {time.perf_counter() - start:.1f} s, "
-        f"RSS {rss_before / 2**20:.3f} GiB; building the engine")
+    log(f"  {name} imports, Gloo group and batches {time.perf_counter() - start:.1f} s, RSS "
+        f"{rss_before / 2**20:.3f} GiB; building the engine")
 
     t0 = time.perf_counter()
     engine = EngineRegistry.new(model_type="language_model", backend=backend, model_config=model_config,
@@ -231,31 +239,30 @@ def child(args):
     engine.initialize()
     init_s = time.perf_counter() - t0
     rss_init = rss_kib()
-    log(f"  [{engine_name} {dtype}] {type(engine).__name__} initialized in {init_s:.1f} s, "
-        f"RSS {rss_init / 2**20:.3f} GiB")
+    log(f"  {name} {type(engine).__name__} initialized in {init_s:.1f} s, RSS {rss_init / 2**20:.3f} GiB")
 
-    times, losses, grad_norms = [], [], []
+    times, cpu, losses, grad_norms, loads = [], [], [], [], []
     for i, batch in enumerate(batches):
-        with engine.train_mode():
-            t = time.perf_counter()
+        loads.append(os.getloadavg()[0])
+        with engine.train_mode():  # as verl's TrainingWorker: one train_mode() per train_batch
+            t, c = time.perf_counter(), time.process_time()
             out = engine.train_batch(batch, loss_fn)
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
         engine.lr_scheduler_step()
-        losses.append(float(sum(out["loss"])))
+        losses.append(float(sum(out["loss"])))  # one loss per micro-batch, each its share of the batch's
         grad_norms.append(float(out["metrics"]["grad_norm"]))
         what = "warm-up" if i < args.warmup else "timed"
-        log(f"  [{engine_name} {dtype}] step {i + 1}/{len(batches)} ({what}): {times[-1]:.3f} s, "
-            f"loss {losses[-1]:.6f}, grad norm {grad_norms[-1]:.6f}, micro-batch losses {len(out['loss'])}")
-    timed = times[args.warmup:]
+        log(f"  {name} step {i + 1}/{len(batches)} ({what}): {times[-1]:.3f} s (CPU {cpu[-1]:.2f} s), loss "
+            f"{losses[-1]:.6f}, grad norm {grad_norms[-1]:.6f}")
     result = {
-        "engine": engine_name, "backend": backend, "dtype": dtype, "engine_class": type(engine).__name__,
-        "step_s": times, "timed_s": timed, "median_s": statistics.median(timed), "min_s": min(timed),
-        "max_s": max(timed), "tokens": tokens, "timed_tokens": sum(tokens[args.warmup:]),
+        "engine": engine_name, "backend": backend, "dtype": dtype, "tag": tag, "engine_class": type(engine).__name__,
+        "step_s": times, "cpu_s": cpu, "loadavg_1min": loads, "warmup": args.warmup, "tokens": tokens,
         "loss": losses, "grad_norm": grad_norms, "init_s": init_s,
         "rss_before_engine_kib": rss_before, "rss_after_init_kib": rss_init,
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "vm_hwm_kib": rss_kib("VmHWM"),
         "threads": torch.get_num_threads()}
-    with open(os.path.join(work, f"result-{engine_name}-{dtype}.json"), "w") as f:
+    with open(os.path.join(work, f"result-{engine_name}-{dtype}-{tag}.json"), "w") as f:
         json.dump(result, f)
     dist.destroy_process_group()
 
@@ -267,12 +274,11 @@ def free_port():
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The parent: inputs, one process per (engine, dtype), the table.
+# The parent: inputs, one process per (engine, dtype, round), the table.
 # --------------------------------------------------------------------------------------------------------------
-def run_child(argv, engine, dtype, work):
-    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", engine, dtype, work]
-    env = dict(os.environ)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+def run_child(argv, engine, dtype, work, tag):
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", engine, dtype, work, tag]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail = []
     for line in proc.stdout:
         line = line.rstrip("\n")
@@ -281,8 +287,9 @@ def run_child(argv, engine, dtype, work):
             log(line)
     if proc.wait() != 0:
         log("\n".join(tail))
-        raise SystemExit(f"{engine} {dtype}: the engine's process failed (exit {proc.returncode}); its output above")
-    with open(os.path.join(work, f"result-{engine}-{dtype}.json")) as f:
+        raise SystemExit(f"{engine} {dtype} {tag}: the engine's process failed (exit {proc.returncode}); its "
+                         f"output above")
+    with open(os.path.join(work, f"result-{engine}-{dtype}-{tag}.json")) as f:
         return json.load(f)
 
 
@@ -290,50 +297,78 @@ def gib(kib):
     return kib / 2**20
 
 
+def summary(runs):
+    """One engine at one dtype over its rounds: timed steps pooled; memory: the largest peak of its processes."""
+    timed = [t for r in runs for t in r["step_s"][r["warmup"]:]]
+    cpu = [t for r in runs for t in r["cpu_s"][r["warmup"]:]]
+    tokens = sum(sum(r["tokens"][r["warmup"]:]) for r in runs)
+    first = runs[0]
+    return {
+        "median_s": statistics.median(timed), "min_s": min(timed), "max_s": max(timed),
+        "round_medians": [statistics.median(r["step_s"][r["warmup"]:]) for r in runs],
+        "cpu_median_s": statistics.median(cpu), "tokens_per_s": tokens / sum(timed),
+        "peak_rss_kib": max(r["peak_rss_kib"] for r in runs),
+        "engine_rss_kib": max(r["peak_rss_kib"] - r["rss_before_engine_kib"] for r in runs),
+        "init_s": statistics.median(r["init_s"] for r in runs),
+        "loss": first["loss"], "grad_norm": first["grad_norm"],
+        "same_losses_every_round": all(r["loss"] == first["loss"] for r in runs),
+        "load": [x for r in runs for x in r["loadavg_1min"][r["warmup"]:]],
+    }
+
+
 def table(results, args, params, versions):
     lines = []
     add = lines.append
     first = results[0]
     n_tok = first["tokens"]
+    n_steps = len(first["loss"])
+    ppo_note = (f" (old log-probs: the initial weights' plus noise of sd {args.old_logprob_noise})"
+                if args.loss == "ppo" else "")
     add(f"Qwen2 {params / 1e6:.1f}M parameters (hidden {args.hidden}, {args.layers} layers, intermediate "
-        f"{args.intermediate}, {args.heads} heads / {args.kv_heads} kv, vocab {args.vocab}), random init, seed "
-        f"{args.seed}; {args.loss} loss; {args.rows} sequences per step (prompts {args.prompt_len[0]}-"
-        f"{args.prompt_len[1]}, responses {args.response_len[0]}-{args.response_len[1]} tokens; "
-        f"{min(n_tok)}-{max(n_tok)} tokens per step, no padding), micro-batch {args.micro_batch} rows; "
-        f"AdamW lr {args.lr}, clip 1.0; {args.warmup} warm-up + {args.steps} timed steps; one Gloo rank, "
+        f"{args.intermediate}, {args.heads} heads / {args.kv_heads} kv heads, vocab {args.vocab}, untied), random "
+        f"init (seed {args.seed}); verl's {args.loss}_loss{ppo_note}; {args.rows} sequences per step (prompts "
+        f"{args.prompt_len[0]}-{args.prompt_len[1]}, responses {args.response_len[0]}-{args.response_len[1]} tokens: "
+        f"{min(n_tok)}-{max(n_tok)} tokens per step, no padding), {args.micro_batch} rows per micro-batch; "
+        f"AdamW lr {args.lr}, weight decay 0.01, clip 1.0; {args.warmup} warm-up + {args.steps} timed steps per "
+        f"process, {args.rounds} round(s) per engine alternating verl, enginery; one Gloo rank, "
         f"{first['threads']} torch threads; {versions}.")
     add("")
-    add("| dtype | engine | step s (median) | min - max | tokens/s | peak RSS GiB | peak - RSS before build GiB | "
-        "init s | loss step 1 | loss step " + str(len(first["loss"])) + " | grad norm step 1 |")
-    add("|---|---|---|---|---|---|---|---|---|---|---|")
-    by = {(r["engine"], r["dtype"]): r for r in results}
+    add(f"| dtype | engine | step s, median | min - max | per-round medians | CPU s / step | tokens/s | "
+        f"peak RSS GiB | peak - RSS before build GiB | init s | loss step 1 | loss step {n_steps} | "
+        f"grad norm step 1 |")
+    add("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    summaries = {}
     for dtype in args.dtypes:
-        pair = [by.get((e, dtype)) for e in args.engines]
-        for r in pair:
-            if r is None:
+        for engine in args.engines:
+            runs = [r for r in results if r["engine"] == engine and r["dtype"] == dtype]
+            if not runs:
                 continue
-            tps = r["timed_tokens"] / sum(r["timed_s"])
-            add(f"| {dtype} | {LABELS[r['engine']]} | {r['median_s']:.3f} | {r['min_s']:.3f} - {r['max_s']:.3f} | "
-                f"{tps:.0f} | {gib(r['peak_rss_kib']):.3f} | {gib(r['peak_rss_kib'] - r['rss_before_engine_kib']):.3f} "
-                f"| {r['init_s']:.1f} | {r['loss'][0]:.6f} | {r['loss'][-1]:.6f} | {r['grad_norm'][0]:.6f} |")
-        v, e = by.get(("verl", dtype)), by.get(("enginery", dtype))
+            s = summaries[(engine, dtype)] = summary(runs)
+            add(f"| {dtype} | {LABELS[engine]} | {s['median_s']:.3f} | {s['min_s']:.3f} - {s['max_s']:.3f} | "
+                f"{', '.join(f'{m:.3f}' for m in s['round_medians'])} | {s['cpu_median_s']:.2f} | "
+                f"{s['tokens_per_s']:.0f} | {gib(s['peak_rss_kib']):.3f} | {gib(s['engine_rss_kib']):.3f} | "
+                f"{s['init_s']:.1f} | {s['loss'][0]:.6f} | {s['loss'][-1]:.6f} | {s['grad_norm'][0]:.6f} |")
+        v, e = summaries.get(("verl", dtype)), summaries.get(("enginery", dtype))
         if v and e:
-            inc = lambda r: r["peak_rss_kib"] - r["rss_before_engine_kib"]  # noqa: E731
-            add(f"| {dtype} | **enginery / verl** | **{e['median_s'] / v['median_s']:.2f}x** | | "
-                f"{(e['timed_tokens'] / sum(e['timed_s'])) / (v['timed_tokens'] / sum(v['timed_s'])):.2f}x | "
-                f"{e['peak_rss_kib'] / v['peak_rss_kib']:.2f}x | {inc(e) / inc(v):.2f}x | "
+            add(f"| {dtype} | **enginery / verl** | **{e['median_s'] / v['median_s']:.2f}x** | | | "
+                f"{e['cpu_median_s'] / v['cpu_median_s']:.2f}x | {e['tokens_per_s'] / v['tokens_per_s']:.2f}x | "
+                f"{e['peak_rss_kib'] / v['peak_rss_kib']:.2f}x | {e['engine_rss_kib'] / v['engine_rss_kib']:.2f}x | "
                 f"{e['init_s'] / v['init_s']:.2f}x | | | |")
     add("")
     for dtype in args.dtypes:
-        v, e = by.get(("verl", dtype)), by.get(("enginery", dtype))
+        v, e = summaries.get(("verl", dtype)), summaries.get(("enginery", dtype))
         if v and e:
             d = [abs(a - b) for a, b in zip(e["loss"], v["loss"])]
             g = abs(e["grad_norm"][0] - v["grad_norm"][0])
-            add(f"{dtype}: |loss enginery - loss verl| step 1 {d[0]:.2e} (relative {d[0] / abs(v['loss'][0]):.2e}), "
-                f"largest over the {len(d)} steps {max(d):.2e}; grad norm step 1 differs by {g:.2e} "
-                f"(relative {g / v['grad_norm'][0]:.2e}).")
-            add(f"{dtype} losses per step, verl: {', '.join(f'{x:.6f}' for x in v['loss'])}")
-            add(f"{dtype} losses per step, enginery: {', '.join(f'{x:.6f}' for x in e['loss'])}")
+            add(f"- {dtype}: loss step 1 differs by {d[0]:.2e} (relative {d[0] / abs(v['loss'][0]):.2e}), at most "
+                f"{max(d):.2e} over the {len(d)} steps; grad norm step 1 by {g:.2e} (relative "
+                f"{g / v['grad_norm'][0]:.2e}). Losses per step, verl: "
+                f"{', '.join(f'{x:.6f}' for x in v['loss'])}; enginery: {', '.join(f'{x:.6f}' for x in e['loss'])}.")
+    loads = [x for s in summaries.values() for x in s["load"]]
+    repeat = [f"{LABELS[k[0]]} {k[1]}" for k, s in summaries.items() if not s["same_losses_every_round"]]
+    add(f"- Load average (1 min) at the timed steps: {min(loads):.2f} - {max(loads):.2f} on {os.cpu_count()} "
+        f"cores." + (f" Losses differed between rounds for: {', '.join(repeat)}." if repeat else
+                     " Every round of an engine gave the same losses, bit for bit."))
     return "\n".join(lines)
 
 
@@ -355,16 +390,22 @@ def main():
     ap.add_argument("--prompt-len", type=parse_range, default=(16, 64), help="min,max prompt tokens")
     ap.add_argument("--response-len", type=parse_range, default=(32, 160), help="min,max response tokens")
     ap.add_argument("--loss", choices=("ppo", "sft"), default="ppo")
+    ap.add_argument("--old-logprob-noise", type=float, default=0.1,
+                    help="PPO: sd of the Gaussian noise added to the old log-probs (0: ratio 1 at the first step)")
     ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--steps", type=int, default=6, help="timed steps")
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per process")
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp32"], help="fp32 and/or bf16, e.g. fp32,bf16")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="processes per engine and dtype, alternating the engines (a shared machine's load moves)")
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads in each process (0: torch's)")
+    ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp32"],
+                    help="compute dtypes, fp32 and/or bf16, e.g. fp32,bf16")
     ap.add_argument("--engines", type=lambda s: s.split(","), default=["verl", "enginery"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", help="directory for the model, the data and the results (default: a temporary one)")
     ap.add_argument("--out", help="also write the table (markdown) here")
-    ap.add_argument("--json", help="also write the raw results (one JSON object per line) here")
-    ap.add_argument("--child", nargs=3, metavar=("ENGINE", "DTYPE", "WORK"), help=argparse.SUPPRESS)
+    ap.add_argument("--json", help="also write every process's raw result (one JSON object per line) here")
+    ap.add_argument("--child", nargs=4, metavar=("ENGINE", "DTYPE", "WORK", "TAG"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -374,6 +415,8 @@ def main():
     for d in args.dtypes:
         if d not in ("fp32", "bf16"):
             ap.error(f"--dtypes: {d} (allowed: fp32, bf16)")
+
+    from importlib.metadata import version
 
     import torch
     import transformers
@@ -387,24 +430,26 @@ def main():
     log(f"writing the model and {args.warmup + args.steps} batches to {work}")
     params = write_model(os.path.join(work, "model"), args)
     write_data(os.path.join(work, "data.pt"), os.path.join(work, "model"), args)
-    from importlib.metadata import version
     versions = f"torch {torch.__version__}, verl {version('verl')}, transformers {transformers.__version__}"
     child_argv = [a for a in sys.argv[1:]]
     results = []
     for dtype in args.dtypes:
-        for engine in args.engines:
-            log(f"{LABELS[engine]}, {dtype}: own process")
-            results.append(run_child(child_argv, engine, dtype, work))
-            r = results[-1]
-            log(f"  -> median step {r['median_s']:.3f} s, peak RSS {gib(r['peak_rss_kib']):.3f} GiB, "
-                f"loss {r['loss'][0]:.6f} .. {r['loss'][-1]:.6f}")
+        for k in range(args.rounds):
+            for engine in args.engines:
+                log(f"{LABELS[engine]}, {dtype}, round {k + 1}/{args.rounds}: a process of its own")
+                r = run_child(child_argv, engine, dtype, work, f"r{k + 1}")
+                results.append(r)
+                timed = r["step_s"][args.warmup:]
+                log(f"  -> median step {statistics.median(timed):.3f} s, peak RSS {gib(r['peak_rss_kib']):.3f} "
+                    f"GiB, loss {r['loss'][0]:.6f} .. {r['loss'][-1]:.6f}")
     text = table(results, args, params, versions)
     log("")
     log(text)
+    command = " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), os.getcwd())] + sys.argv[1:])
     if args.out:
         with open(args.out, "w") as f:
             f.write(f"# verl's FSDP engine vs enginery through verl's EngineRegistry (CPU)\n\n"
-                    f"Command: `{' '.join([os.path.relpath(sys.argv[0])] + sys.argv[1:])}`\n\n{text}\n")
+                    f"`{command}` ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores)\n\n{text}\n")
         log(f"\ntable written to {args.out}")
     if args.json:
         with open(args.json, "w") as f:

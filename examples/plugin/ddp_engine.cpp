@@ -97,6 +97,7 @@ enginery::MicroBatchResult DdpEngine::forward_step(const Batch& micro_batch, con
   inputs.remove_padding = args_.model.use_remove_padding;
   enginery::models::HeadOptions head;
   head.compute_entropy = ctx.calculate_entropy;
+  head.temperature = enginery::batch_temperature(micro_batch);
   enginery::MicroBatchResult result;
   {
     enginery::compat::AutocastScope autocast(device_.type(), autocast_dtype());  // clears its cache on exit

@@ -18,6 +18,7 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
   inputs.remove_padding = args_.model.use_remove_padding;
   models::HeadOptions head;
   head.compute_entropy = ctx.calculate_entropy;
+  head.temperature = batch_temperature(micro_batch);
 
   const bool backward = !forward_only && torch::GradMode::is_enabled();
   require_resident("forward_step", /*model=*/true, /*optimizer=*/false, /*grad=*/backward);

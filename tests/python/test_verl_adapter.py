@@ -166,7 +166,8 @@ def test_verl_method_set_and_topology():
 
 
 @pytest.mark.parametrize("change, named", [
-    ({"temperature": 0.7}, "temperature"),
+    ({"temperature": 0.0}, "temperature"),
+    ({"temperature": torch.tensor([0.7, 0.7, 1.0, 1.0])}, "temperature"),  # one temperature per batch
     ({"loss_mask": None}, "loss_mask"),
     ({"calculate_entropy": "yes"}, "calculate_entropy"),
     ({"pad_mode": "left_right"}, "pad_mode"),

@@ -122,20 +122,22 @@ def test_sft_loss_through_train_batch_equals_torch_and_transformers(tiny_model_d
     assert out["metrics"]["grad_norm"] == pytest.approx(grad_norm(model), rel=1e-4)
 
 
-def test_infer_batch_log_probs_and_entropy_equal_transformers(tiny_model_dir):
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_infer_batch_log_probs_and_entropy_equal_transformers(tiny_model_dir, temperature):
     """infer_batch on verl's PPO batch: log-probs (position t: token t + 1) and entropy of every token of each
-    sequence, as verl's engine returns them (jagged, the batch's rows in order), against a transformers forward."""
+    sequence, as verl's engine returns them (jagged, the batch's rows in order), against a transformers forward;
+    at a temperature, those of logits / temperature, as verl's engine computes them."""
     from verl.utils import tensordict_utils as tu
     model = reference_model(tiny_model_dir)
     data = ppo_batch([torch.zeros(len(r)) for r in RESPONSES])
-    tu.assign_non_tensor(data, calculate_entropy=True)
+    tu.assign_non_tensor(data, calculate_entropy=True, temperature=temperature)
     engine = fp32_engine(tiny_model_dir)
     with engine.eval_mode():
         out = engine.infer_batch(data)["model_output"]
     with torch.no_grad():
         for row, (p, r) in enumerate(zip(PROMPTS, RESPONSES)):
             ids = p + r
-            logits = model(torch.tensor([ids])).logits[0].float()
+            logits = model(torch.tensor([ids])).logits[0].float() / temperature
             log_softmax = torch.log_softmax(logits, -1)
             want_lp = log_softmax[:-1].gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
             want_entropy = -(log_softmax.exp() * log_softmax).sum(-1)

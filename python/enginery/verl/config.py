@@ -32,11 +32,13 @@ _READ = {
 # derived by verl's __post_init__ (the local copies, the loaded HF objects), deprecated aliases verl folds into
 # their successors, batch knobs the worker puts into each batch's metadata, and speed- or memory-only switches of
 # its kernels (entropy_from_logits_with_chunking: the same entropy either way; enginery's head always chunks).
+# model.lora is Megatron's LoRA section (verl's hf_model.yaml fills it in for every trainer): verl's FSDP engine reads
+# lora_rank, and lora["merge"] only for a PEFT model, which lora_rank > 0 (refused) would make.
 _NOT_READ_BY_VERL = {
     "model": {"_target_", "local_path", "hf_config_path", "local_hf_config_path", "tokenizer_path",
               "local_tokenizer_path", "model_type", "load_tokenizer", "hf_config", "generation_config", "tokenizer",
               "processor", "architectures", "use_shm", "custom_chat_template", "use_fused_kernels",
-              "fused_kernel_options", "use_liger"},
+              "fused_kernel_options", "use_liger", "lora"},
     "engine": {"_target_", "dtype", "router_replay", "turbo_config", "infer_max_token_len_per_gpu",
                "infer_micro_batch_size_per_gpu", "use_fused_kernels", "use_remove_padding", "use_torch_compile",
                "use_orig_params", "use_no_sync_for_gradient_accumulation", "entropy_from_logits_with_chunking",

@@ -87,6 +87,10 @@ class EngineryVerlEngine:
         enginery.load_plugins(list(plugin_dirs))
         if self._offload_outside_modes is not False:
             self._check_offload_outside_modes()
+        device_type = self.device.split(":")[0]
+        self._scales_logits = any("temperature" in e["capabilities"] for e in enginery.plugins()
+                                  if (e["model_type"], e["backend"], e["device"]) ==
+                                  (self.model_type, self.backend, device_type))
         self._built_from = self._sections()
         self._engine = self._new_engine(sections)
         self.mode = None
@@ -273,15 +277,28 @@ _MICRO_BATCHING = ("micro_batch_size_per_gpu", "use_dynamic_bsz", "max_token_len
 
 
 # Batch metadata the adapter reads; everything else in the batch goes to the loss function untouched.
-def _check_metadata(data):
+def _temperature(data, scales):
+    """verl's batch['temperature'] as one float: a number, or a tensor of one value per row, which must all be the
+    same (the engines scale a whole call's logits alike). Another value than 1 needs an engine that declares the
+    capability `temperature` (`scales`)."""
+    where = "enginery.verl forward_backward_batch"
     temperature = layout.get(data, "temperature", 1.0)
-    if isinstance(temperature, torch.Tensor):  # one per row is allowed; all must be 1
-        unscaled = bool(torch.all(temperature == 1)) if temperature.numel() else True
-    else:
-        unscaled = isinstance(temperature, (int, float)) and math.isclose(float(temperature), 1.0)
-    if not unscaled:
-        raise _error(f"batch['temperature'] = {temperature}: the engines compute log-probs of the unscaled logits",
-                     "enginery.verl forward_backward_batch", "1.0")
+    if isinstance(temperature, torch.Tensor):
+        values = temperature.flatten().unique() if temperature.numel() else torch.ones(1)
+        if values.numel() != 1:
+            raise _error(f"batch['temperature'] has {values.numel()} different values", where,
+                         "one temperature per batch")
+        temperature = values.item()
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
+            or not math.isfinite(temperature):
+        raise _error(f"batch['temperature'] = {temperature!r}", where, "a finite number > 0")
+    if temperature != 1 and not scales:
+        raise _error(f"batch['temperature'] = {temperature}: this engine does not declare the capability "
+                     f"'temperature'", where, "1.0, or an engine with the capability 'temperature'")
+    return float(temperature)
+
+
+def _check_metadata(data):
     pad_mode = layout.get(data, "pad_mode")
     if pad_mode is not None and "no_padding" not in str(getattr(pad_mode, "value", pad_mode)).lower():
         raise _error(f"batch['pad_mode'] = {pad_mode}", "enginery.verl forward_backward_batch", "no_padding")
@@ -312,9 +329,12 @@ class _Call:
 
     def __init__(self, owner, data, loss_function):
         calculate_entropy = _check_metadata(data)
+        temperature = _temperature(data, owner._scales_logits)
         pad_token_id = layout.get(data, "pad_token_id", 0)
         self.batch, self.layout = layout.to_engine_batch(data, pad_token_id if isinstance(pad_token_id, int) else 0)
         self.batch["calculate_entropy"] = calculate_entropy
+        if temperature != 1.0:
+            self.batch["temperature"] = temperature
         # verl's per-call micro-batching: the engine's host loop honours it for this call (docs/ARCHITECTURE.md,
         # "One step"); a wrong type comes back as an error naming the entry.
         for key in _MICRO_BATCHING:
