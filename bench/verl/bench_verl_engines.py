@@ -11,9 +11,9 @@ verl's EngineRegistry exactly as verl's TrainingWorker drives an engine, on the 
 
 Same weights (one HF directory written by transformers from a fixed seed), same batches (PPO: DataProto ->
 to_tensordict -> verl.workers.utils.padding.left_right_2_no_padding, as verl's trainer builds them; SFT: the
-no-padding layout of verl's SFT collator), same dtype, same optimizer config. Each (engine, dtype) runs in a
-process of its own, one after the other (the two cores are not shared), a one-rank Gloo group initialized by this
-script; peak memory is that process's peak RSS (getrusage ru_maxrss), also shown above its RSS just before the
+no-padding layout of verl's SFT collator), same dtype, same optimizer config. Each (engine, dtype, round) runs in
+a process of its own, one after the other (they do not share the cores), the engines alternating round by round,
+each process a one-rank Gloo group initialized by this script; peak memory is that process's peak RSS (getrusage ru_maxrss), also shown above its RSS just before the
 engine is built (imports, the batches and the Gloo group are in that baseline, the same for both engines: `import
 verl` loads enginery's plugin in both processes).
 
@@ -22,7 +22,8 @@ engine under device "cpu" before verl's engine modules are imported (verl's plug
 them, are loaded right after, by the same loop verl runs at import), so every module of verl sees the "cpu"
 platform.
 
-    PYTHONPATH=build/python .venv/bin/python bench/verl/bench_verl_engines.py --out table.md
+    PYTHONPATH=build/python .venv/bin/python bench/verl/bench_verl_engines.py --threads 1 --dtypes fp32,bf16 \
+        --quiet-wait 60 --out table.md
 
 Not a test: step times depend on the machine and its load. See bench/verl/README.md.
 """
@@ -293,6 +294,31 @@ def run_child(argv, engine, dtype, work, tag):
         return json.load(f)
 
 
+def busy_cores(seconds=1.0):
+    """Cores busy over `seconds` (all processes: call it while this script computes nothing), from /proc/stat."""
+    def sample():
+        with open("/proc/stat") as f:
+            values = [int(x) for x in f.readline().split()[1:]]
+        return sum(values), values[3] + values[4]  # total, idle + iowait
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(1, total1 - total0))
+
+
+def wait_for_quiet(limit_s, threshold=0.3):
+    """Waits up to limit_s for another process's load on the machine to fall under `threshold` cores; returns the
+    busy cores seen last."""
+    deadline = time.monotonic() + limit_s
+    busy = busy_cores()
+    if busy > threshold and limit_s > 0:
+        log(f"  waiting up to {limit_s:.0f} s for the machine to go quiet ({busy:.1f} cores busy elsewhere)")
+        while busy > threshold and time.monotonic() < deadline:
+            busy = busy_cores(2.0)
+        log(f"  {busy:.1f} cores busy elsewhere; starting")
+    return busy
+
+
 def gib(kib):
     return kib / 2**20
 
@@ -313,6 +339,7 @@ def summary(runs):
         "loss": first["loss"], "grad_norm": first["grad_norm"],
         "same_losses_every_round": all(r["loss"] == first["loss"] for r in runs),
         "load": [x for r in runs for x in r["loadavg_1min"][r["warmup"]:]],
+        "busy_before": [r.get("busy_cores_before", 0.0) for r in runs],
     }
 
 
@@ -366,8 +393,10 @@ def table(results, args, params, versions):
                 f"{', '.join(f'{x:.6f}' for x in v['loss'])}; enginery: {', '.join(f'{x:.6f}' for x in e['loss'])}.")
     loads = [x for s in summaries.values() for x in s["load"]]
     repeat = [f"{LABELS[k[0]]} {k[1]}" for k, s in summaries.items() if not s["same_losses_every_round"]]
+    busy = [x for s in summaries.values() for x in s["busy_before"]]
     add(f"- Load average (1 min) at the timed steps: {min(loads):.2f} - {max(loads):.2f} on {os.cpu_count()} "
-        f"cores." + (f" Losses differed between rounds for: {', '.join(repeat)}." if repeat else
+        f"cores (this benchmark's own process included); other processes kept {min(busy):.1f} - {max(busy):.1f} "
+        f"cores busy in the second before each engine's process started." + (f" Losses differed between rounds for: {', '.join(repeat)}." if repeat else
                      " Every round of an engine gave the same losses, bit for bit."))
     return "\n".join(lines)
 
@@ -397,6 +426,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2,
                     help="processes per engine and dtype, alternating the engines (a shared machine's load moves)")
+    ap.add_argument("--quiet-wait", type=float, default=0,
+                    help="before each process, wait up to this many seconds for other processes to leave the cores")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads in each process (0: torch's)")
     ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp32"],
                     help="compute dtypes, fp32 and/or bf16, e.g. fp32,bf16")
@@ -437,7 +468,9 @@ def main():
         for k in range(args.rounds):
             for engine in args.engines:
                 log(f"{LABELS[engine]}, {dtype}, round {k + 1}/{args.rounds}: a process of its own")
+                busy = wait_for_quiet(args.quiet_wait)
                 r = run_child(child_argv, engine, dtype, work, f"r{k + 1}")
+                r["busy_cores_before"] = busy
                 results.append(r)
                 timed = r["step_s"][args.warmup:]
                 log(f"  -> median step {statistics.median(timed):.3f} s, peak RSS {gib(r['peak_rss_kib']):.3f} "
