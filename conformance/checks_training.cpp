@@ -9,6 +9,7 @@
 #include "conformance/data.h"
 #include "conformance/engine_setup.h"
 #include "conformance/target.h"
+#include "host_api/error.h"
 
 namespace enginery {
 namespace conformance {
