@@ -115,49 +115,16 @@ def rss_kib(field="VmRSS"):
 
 
 def ppo_batch(step, micro_batch):
-    """verl's PPO actor batch: left-padded prompts, right-padded responses, DataProto -> to_tensordict ->
-    left_right_2_no_padding, and the non-tensor entries verl's actor worker sets."""
-    import torch
-    from verl.protocol import DataProto
-    from verl.utils import tensordict_utils as tu
-    from verl.workers.utils.padding import left_right_2_no_padding
-    prompts_list, responses_list = step["prompts"], step["responses"]
-    rows, p_len, r_len = len(prompts_list), max(map(len, prompts_list)), max(map(len, responses_list))
-    prompts = torch.zeros(rows, p_len, dtype=torch.long)
-    responses = torch.zeros(rows, r_len, dtype=torch.long)
-    attention = torch.zeros(rows, p_len + r_len, dtype=torch.long)
-    response_mask = torch.zeros(rows, r_len)
-    old = torch.zeros(rows, r_len)
-    for i, (p, r) in enumerate(zip(prompts_list, responses_list)):
-        prompts[i, p_len - len(p):] = torch.tensor(p)
-        responses[i, :len(r)] = torch.tensor(r)
-        attention[i, p_len - len(p): p_len + len(r)] = 1
-        response_mask[i, :len(r)] = 1
-        old[i, :len(r)] = step["old_log_probs"][i]
-    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    advantages = torch.tensor(step["advantages"]).unsqueeze(-1) * response_mask
-    batch = DataProto.from_dict(tensors={
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], -1),
-        "attention_mask": attention, "position_ids": position_ids, "response_mask": response_mask,
-        "old_log_probs": old, "advantages": advantages})
-    data = left_right_2_no_padding(batch.to_tensordict())
-    tu.assign_non_tensor(data, temperature=1.0, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch,
-                         calculate_entropy=False, global_batch_size=rows, pad_mode="no_padding")
-    return data
+    """verl's PPO actor batch of one step (tests/verl/verl_batches.py)."""
+    import verl_batches
+    return verl_batches.ppo_batch(step["prompts"], step["responses"], step["old_log_probs"], step["advantages"],
+                                  micro_batch)
 
 
 def sft_batch(step, micro_batch):
-    """verl's SFT batch (its no-padding collator's layout): nested input_ids, position_ids and a loss mask aligned
-    with input_ids, 1 on the response tokens."""
-    import torch
-    from verl.utils import tensordict_utils as tu
-    ids = [torch.tensor(p + r) for p, r in zip(step["prompts"], step["responses"])]
-    masks = [torch.tensor([0.0] * len(p) + [1.0] * len(r)) for p, r in zip(step["prompts"], step["responses"])]
-    nested = lambda rows: torch.nested.as_nested_tensor(rows, layout=torch.jagged)  # noqa: E731
-    return tu.get_tensordict({"input_ids": nested(ids), "position_ids": nested([torch.arange(len(t)) for t in ids]),
-                              "loss_mask": nested(masks)},
-                             {"temperature": 1.0, "use_dynamic_bsz": False, "micro_batch_size_per_gpu": micro_batch,
-                              "pad_mode": "no_padding", "calculate_entropy": False})
+    """verl's SFT batch of one step (tests/verl/verl_batches.py)."""
+    import verl_batches
+    return verl_batches.sft_batch(step["prompts"], step["responses"], micro_batch)
 
 
 def import_verl_on_cpu():

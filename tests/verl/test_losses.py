@@ -10,6 +10,7 @@ from functools import partial
 import pytest
 import torch
 import transformers
+import verl_batches
 from conftest import engine_config, new_engine, optimizer_config
 
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
@@ -43,30 +44,7 @@ def token_log_probs(model, ids):
 
 
 def ppo_batch(old_log_probs):
-    from verl.protocol import DataProto
-    from verl.utils import tensordict_utils as tu
-    from verl.workers.utils.padding import left_right_2_no_padding
-    rows, p_len, r_len = len(PROMPTS), max(map(len, PROMPTS)), max(map(len, RESPONSES))
-    prompts = torch.zeros(rows, p_len, dtype=torch.long)
-    responses = torch.zeros(rows, r_len, dtype=torch.long)
-    attention = torch.zeros(rows, p_len + r_len, dtype=torch.long)
-    response_mask = torch.zeros(rows, r_len)
-    old = torch.zeros(rows, r_len)
-    for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES)):
-        prompts[i, p_len - len(p):] = torch.tensor(p)
-        responses[i, :len(r)] = torch.tensor(r)
-        attention[i, p_len - len(p): p_len + len(r)] = 1
-        response_mask[i, :len(r)] = 1
-        old[i, :len(r)] = old_log_probs[i]
-    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    batch = DataProto.from_dict(tensors={
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], -1),
-        "attention_mask": attention, "position_ids": position_ids, "response_mask": response_mask,
-        "old_log_probs": old, "advantages": torch.tensor(ADVANTAGES).unsqueeze(-1) * response_mask})
-    data = left_right_2_no_padding(batch.to_tensordict())
-    tu.assign_non_tensor(data, temperature=1.0, use_dynamic_bsz=False, micro_batch_size_per_gpu=2,
-                         calculate_entropy=False, global_batch_size=rows, pad_mode="no_padding")
-    return data
+    return verl_batches.ppo_batch(PROMPTS, RESPONSES, old_log_probs, ADVANTAGES, micro_batch=2)
 
 
 def ppo_reference(path):
@@ -95,17 +73,6 @@ def test_ppo_loss_through_train_batch_equals_torch_and_transformers(tiny_model_d
     assert out["metrics"]["grad_norm"] == pytest.approx(norm, rel=1e-4)
 
 
-def sft_batch(loss_masks):
-    from verl.utils import tensordict_utils as tu
-    ids = [torch.tensor(p + r) for p, r in zip(PROMPTS, RESPONSES)]
-    nested = lambda rows: torch.nested.as_nested_tensor(rows, layout=torch.jagged)  # noqa: E731
-    data = tu.get_tensordict({"input_ids": nested(ids), "position_ids": nested([torch.arange(len(t)) for t in ids]),
-                              "loss_mask": nested(loss_masks)},
-                             {"temperature": 1.0, "use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2,
-                              "pad_mode": "no_padding", "calculate_entropy": False})
-    return data
-
-
 def test_sft_loss_through_train_batch_equals_torch_and_transformers(tiny_model_dir):
     from verl.workers.utils.losses import sft_loss
     model = reference_model(tiny_model_dir)
@@ -117,7 +84,7 @@ def test_sft_loss_through_train_batch_equals_torch_and_transformers(tiny_model_d
 
     engine = fp32_engine(tiny_model_dir)
     with engine.train_mode():
-        out = engine.train_batch(sft_batch(masks), partial(sft_loss, config=None))
+        out = engine.train_batch(verl_batches.sft_batch(PROMPTS, RESPONSES, micro_batch=2), partial(sft_loss, config=None))
     assert sum(out["loss"]) == pytest.approx(loss.item(), rel=1e-5)
     assert out["metrics"]["grad_norm"] == pytest.approx(grad_norm(model), rel=1e-4)
 
