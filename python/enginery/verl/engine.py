@@ -81,7 +81,6 @@ class EngineryVerlEngine:
         strategy = sections["engine"].pop("strategy", None)
         # The adapter's own key (not the engine's): state in host memory outside train_mode()/eval_mode().
         self._offload_outside_modes = sections["engine"].pop("offload_outside_modes", False)
-        self._engine_section = dict(sections["engine"])
         self.backend = backend if backend is not None else backend_of(strategy or BACKEND_PREFIX + "fsdp")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         enginery.load_plugins(list(plugin_dirs))
@@ -138,11 +137,11 @@ class EngineryVerlEngine:
     # phases (_ModeContext), else that is the caller's to().
     @property
     def is_param_offload_enabled(self):
-        return bool(self._engine_section.get("param_offload", False))
+        return bool(self._built_from["engine"].get("param_offload", False))
 
     @property
     def is_optimizer_offload_enabled(self):
-        return bool(self._engine_section.get("optimizer_offload", False))
+        return bool(self._built_from["engine"].get("optimizer_offload", False))
 
     # --- precision, as verl's FSDP engine exposes it (verl's tests read these two) ---
     @property
