@@ -38,10 +38,11 @@ void require(bool ok, const char* what) {
 
 }  // namespace
 
-bool available() { return true; }
+bool compiled() { return true; }
+bool available(Kernel k) { return kernel_enabled(k); }
 
-bool applies(const torch::Tensor& t) {
-  return t.defined() && t.is_cuda() && (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf);
+bool applies(const torch::Tensor& t, Kernel k) {
+  return available(k) && t.defined() && t.is_cuda() && (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf);
 }
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
@@ -171,8 +172,9 @@ namespace {
 }
 }  // namespace
 
-bool available() { return false; }
-bool applies(const torch::Tensor&) { return false; }
+bool compiled() { return false; }
+bool available(Kernel) { return false; }
+bool applies(const torch::Tensor&, Kernel) { return false; }
 std::pair<torch::Tensor, torch::Tensor> fp8_scale_cast(const torch::Tensor&, const torch::Tensor&, c10::ScalarType,
                                                        bool, bool, const torch::Tensor&) {
   not_built("fp8_scale_cast");

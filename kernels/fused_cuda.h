@@ -4,14 +4,19 @@
 // computes the same functions (the GPU tests compare the two).
 #include <torch/torch.h>
 
+#include "kernels/runtime_switch.h"
+
 #include <utility>
 
 namespace enginery {
 namespace kernels {
 
-// Compiled in, and `t` is a CUDA tensor of a dtype the kernels take (bf16, fp16; fp32 where noted).
-bool available();
-bool applies(const torch::Tensor& t);
+// Kernel `k` is compiled in and not switched off at run time (runtime_switch.h); applies(): that, and `t` is a CUDA
+// tensor of a dtype the kernels take (bf16, fp16; fp32 where noted).
+// The kernels are built into this library (whatever the run-time switch says).
+bool compiled();
+bool available(Kernel k);
+bool applies(const torch::Tensor& t, Kernel k);
 
 // silu(gate) * up and its gradient, for contiguous tensors of one shape and dtype.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);

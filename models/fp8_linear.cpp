@@ -104,7 +104,7 @@ bool multiple_of_16(int64_t n) { return n % 16 == 0; }
 Fp8Tensor quantize_tensorwise(const torch::Tensor& x, c10::ScalarType float8_type, bool row_major, bool transposed,
                               Fp8AmaxHistory* history, Fp8HistoryUse use) {
   torch::NoGradGuard no_grad;
-  const bool fused = kernels::applies(x) && x.dim() == 2 && x.is_contiguous();
+  const bool fused = kernels::applies(x, kernels::Kernel::kFp8Cast) && x.dim() == 2 && x.is_contiguous();
   if (!fused) history = nullptr;  // only enginery's cast kernel records amaxes
   torch::Tensor scale;
   if (history != nullptr && use == Fp8HistoryUse::kReplay && history->last_scale.defined()) {

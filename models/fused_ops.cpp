@@ -16,7 +16,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
     ctx->save_for_backward({gate, up});
-    if (kernels::applies(gate)) return kernels::swiglu(gate, up);
+    if (kernels::applies(gate, kernels::Kernel::kSwiglu)) return kernels::swiglu(gate, up);
     return torch::silu(gate).mul_(up);
   }
 
@@ -25,7 +25,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const auto& gate = saved[0];
     const auto& up = saved[1];
     const auto& g = grads[0];
-    if (kernels::applies(gate)) {
+    if (kernels::applies(gate, kernels::Kernel::kSwiglu)) {
       auto d = kernels::swiglu_backward(g, gate, up);
       return {d.first, d.second};
     }
@@ -104,7 +104,7 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
 }  // namespace
 
 bool fused_swiglu_down_applies(const torch::Tensor& gate, const torch::Tensor& up) {
-  return kernels::applies(gate) && gate.scalar_type() == up.scalar_type() && gate.sizes() == up.sizes();
+  return kernels::applies(gate, kernels::Kernel::kSwiglu) && gate.scalar_type() == up.scalar_type() && gate.sizes() == up.sizes();
 }
 
 torch::Tensor swiglu_down(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& down_weight) {
@@ -118,7 +118,7 @@ torch::Tensor linear_output_unused(const torch::Tensor& x, const torch::Tensor& 
   return bias.defined() ? out + bias.to(dtype) : out;
 }
 
-bool fused_rope_applies(const torch::Tensor& x) { return kernels::applies(x) && x.dim() == 4; }
+bool fused_rope_applies(const torch::Tensor& x) { return kernels::applies(x, kernels::Kernel::kRope) && x.dim() == 4; }
 
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   return RopeFunction::apply(x, cos, sin);

@@ -188,7 +188,7 @@ class FusedChunkedLogProbFunction : public torch::autograd::Function<FusedChunke
 };
 
 bool fused_head_applies(const torch::Tensor& hidden, c10::ScalarType dtype) {
-  return kernels::available() && hidden.is_cuda() && (dtype == torch::kBFloat16 || dtype == torch::kHalf);
+  return kernels::available(kernels::Kernel::kLogSoftmax) && hidden.is_cuda() && (dtype == torch::kBFloat16 || dtype == torch::kHalf);
 }
 
 }  // namespace

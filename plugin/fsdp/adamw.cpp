@@ -22,7 +22,7 @@ AdamW::AdamW(std::vector<torch::Tensor> params, std::vector<torch::Tensor> grads
     exp_avg_sq_.push_back(torch::zeros_like(p));
     all_cuda_fp32 = all_cuda_fp32 && p.is_cuda() && p.scalar_type() == torch::kFloat && p.is_contiguous();
   }
-  own_kernel_ = all_cuda_fp32 && kernels::available();
+  own_kernel_ = all_cuda_fp32 && kernels::available(kernels::Kernel::kAdamw);
   fused_ = all_cuda_fp32;
   if (fused_) {
     for (const auto& p : params_) device_steps_.push_back(torch::zeros({}, p.options()));

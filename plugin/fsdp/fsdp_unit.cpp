@@ -200,7 +200,7 @@ bool FsdpUnit::accumulate_full_grads_in_place() {
     }
     if (overwrite && views[i].scalar_type() == grad.scalar_type()) {
       views[i].copy_(grad);
-    } else if (kernels::applies(grad) && views[i].is_contiguous()) {
+    } else if (kernels::applies(grad, kernels::Kernel::kAccumulate) && views[i].is_contiguous()) {
       // ATen's mixed-dtype add is an unvectorised kernel at a third of the copy bandwidth; ours reads each 16 bytes.
       kernels::accumulate_(views[i], grad, overwrite);
     } else if (overwrite) {

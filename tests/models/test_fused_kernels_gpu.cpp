@@ -13,7 +13,7 @@ namespace enginery {
 namespace models {
 namespace {
 
-bool have_kernels() { return torch::cuda::is_available() && kernels::available(); }
+bool have_kernels() { return torch::cuda::is_available() && kernels::compiled(); }
 
 #define REQUIRE_KERNELS() \
   if (!have_kernels()) GTEST_SKIP() << "no CUDA device or no CUDA kernels in this build"

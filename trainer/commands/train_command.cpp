@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "host_api/error.h"
+#include "kernels/fused_cuda.h"
 #include "launch/local_launch.h"
 #include "launch/spawn.h"
 #include "trainer/command.h"
@@ -70,6 +71,7 @@ int run_train(const TrainOptions& o) {
   try {
     if (o.nproc < 1) throw EngineryError("must be at least 1, got " + std::to_string(o.nproc), "--nproc");
     preflight_data(config, o.nproc);
+    kernels::enabled_kernels_summary();  // a bad ENGINERY_CUDA_KERNELS stops here, before any rank starts
     EngineRegistry registry;
     const PluginLoadReport report = load_plugins(registry, plugin_path, &std::cerr);
     check_engine_available(registry, report, config, device, o.nproc);
@@ -80,8 +82,13 @@ int run_train(const TrainOptions& o) {
     std::cerr << "enginery train: error: " << e.what() << std::endl;
     return kConfigError;
   }
+  std::string transport = "Gloo";
+  if (device == "cuda") {
+    transport = kernels::compiled() ? "NCCL, enginery's CUDA kernels: " + kernels::enabled_kernels_summary()
+                                    : "NCCL, enginery's CUDA kernels not built";
+  }
   std::cout << "launching " << o.nproc << " rank" << (o.nproc > 1 ? "s" : "") << " on " << device << " ("
-            << (device == "cuda" ? "NCCL" : "Gloo") << "), outputs in " << config.output_dir() << "\n"
+            << transport << "), outputs in " << config.output_dir() << "\n"
             << std::flush;
 
   LaunchOptions launch;
