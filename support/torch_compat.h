@@ -231,6 +231,10 @@ inline at::Tensor sdpa_on_backend(SdpaBackend backend, const at::Tensor& q, cons
   // As at::scaled_dot_product_attention decides: the log-sum-exp is what backward reads.
   const bool for_backward =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  // Below autocast, as at::scaled_dot_product_attention runs its kernels: the math kernel is a composition of aten
+  // ops, and under bf16 autocast its matmuls would run in bf16 while its softmax ran in fp32, a mix whose backward
+  // fails ("expected input and grad types to match"). q, k and v arrive in one dtype.
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const int64_t rep = q.size(1) / k.size(1);
   auto expanded = [rep](const at::Tensor& t) { return rep == 1 ? t : t.repeat_interleave(rep, 1); };
   const c10::optional<at::Tensor> no_mask;

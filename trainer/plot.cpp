@@ -195,22 +195,52 @@ void draw_points(Image& img, const Series& s, const Axis& x, const Axis& y) {
   }
 }
 
-void draw_panel(Image& img, const Series& s, int top, int height, const Axis& steps) {
+
+// Reads <dir>/metrics.jsonl; throws when it holds no finite training loss.
+Metrics read_run(const std::string& run_dir, std::ostream& warnings, std::string& path) {
+  path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+  Metrics m = read_metrics(path, warnings);
+  if (m.loss.finite() == 0) {
+    throw EngineryError("no finite training loss to draw (" + std::to_string(m.skipped_lines) + " lines skipped, " +
+                            std::to_string(m.loss.non_finite) + " non-finite losses)",
+                        path, "JSON lines such as {\"step\": 1, \"loss\": 2.5}, as enginery train writes them");
+  }
+  return m;
+}
+
+// One panel: the series drawn on it (one per run), its title and whether its values are fractions.
+struct Panel {
+  std::vector<const Series*> series;
+  std::string title;
+  bool percent = false;
+};
+
+void draw_overlay(Image& img, const Panel& panel, int top, int height, const Axis& steps) {
   const Frame f{80, img.width() - 20, top + 24, top + height - 28};
-  img.text(f.left, top + 6, s.title, {20, 20, 20}, 2);
-  if (s.non_finite > 0) {
-    const std::string note = std::to_string(s.non_finite) + " non-finite values not drawn";
+  img.text(f.left, top + 6, panel.title, {20, 20, 20}, 2);
+  double lo = panel.percent ? 0.0 : INFINITY, hi = panel.percent ? 1.0 : -INFINITY;
+  size_t non_finite = 0;
+  for (const Series* s : panel.series) {
+    non_finite += s->non_finite;
+    for (const auto& [step, value] : s->points) {
+      if (std::isfinite(value)) lo = std::min(lo, value), hi = std::max(hi, value);
+    }
+  }
+  if (non_finite > 0) {
+    const std::string note = std::to_string(non_finite) + " non-finite values not drawn";
     img.text(f.right - Image::text_width(note), top + 10, note, {200, 0, 0});
   }
-  double lo = s.percent ? 0.0 : INFINITY, hi = s.percent ? 1.0 : -INFINITY;
-  for (const auto& [step, value] : s.points) {
-    if (std::isfinite(value)) lo = std::min(lo, value), hi = std::max(hi, value);
-  }
-  const auto [y_lo, y_hi] = widen(lo, hi, s.percent ? 0.0 : 0.05);
+  const auto [y_lo, y_hi] = widen(lo, hi, panel.percent ? 0.0 : 0.05);
   const Axis x{steps.lo, steps.hi, double(f.left), double(f.right)};
   const Axis y{y_lo, y_hi, double(f.bottom), double(f.top)};
-  draw_axes(img, f, x, y, s.percent);
-  draw_points(img, s, x, y);
+  draw_axes(img, f, x, y, panel.percent);
+  for (const Series* s : panel.series) draw_points(img, *s, x, y);
+}
+
+Rgb label_colour(size_t i) {
+  static const Rgb palette[] = {{31, 119, 180}, {214, 39, 40},  {44, 160, 44},  {255, 127, 14},
+                                {148, 103, 189}, {140, 86, 75}, {227, 119, 194}, {23, 190, 207}};
+  return palette[i % (sizeof(palette) / sizeof(palette[0]))];
 }
 
 }  // namespace
@@ -220,32 +250,85 @@ PlotReport plot_run(const std::string& run_dir, const std::string& png_path) {
 }
 
 PlotReport plot_run(const std::string& run_dir, const std::string& png_path, std::ostream& warnings) {
-  const std::string path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
-  const Metrics m = read_metrics(path, warnings);
-  if (m.loss.finite() == 0) {
-    throw EngineryError("no finite training loss to draw (" + std::to_string(m.skipped_lines) + " lines skipped, " +
-                            std::to_string(m.loss.non_finite) + " non-finite losses)",
-                        path, "JSON lines such as {\"step\": 1, \"loss\": 2.5}, as enginery train writes them");
-  }
-  std::vector<const Series*> panels = {&m.loss};
+  std::string path;
+  const Metrics m = read_run(run_dir, warnings, path);
+  std::vector<const Series*> drawn = {&m.loss};
   if (!m.accuracy.points.empty()) {
-    panels.push_back(&m.accuracy);
+    drawn.push_back(&m.accuracy);
   } else if (!m.val_loss.points.empty()) {
-    panels.push_back(&m.val_loss);
+    drawn.push_back(&m.val_loss);
   }
   PlotReport report;
   report.skipped_lines = m.skipped_lines;
   double first = 0, last = -INFINITY;  // the step axis starts at 0 unless a step is negative
-  for (const Series* s : panels) {
+  for (const Series* s : drawn) {
     report.points += s->finite(), report.non_finite += s->non_finite;
     for (const auto& point : s->points) first = std::min(first, point.first), last = std::max(last, point.first);
   }
   if (report.non_finite > 0) warnings << path << ": " << report.non_finite << " non-finite values not drawn\n";
   const auto [step_lo, step_hi] = widen(first, last, 0.0);
   const int panel_height = 300;
-  Image img(900, panel_height * static_cast<int>(panels.size()) + 10, {255, 255, 255});
+  Image img(900, panel_height * static_cast<int>(drawn.size()) + 10, {255, 255, 255});
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    const Panel panel{{drawn[i]}, drawn[i]->title, drawn[i]->percent};
+    draw_overlay(img, panel, 5 + static_cast<int>(i) * panel_height, panel_height, {step_lo, step_hi, 0, 0});
+  }
+  img.write_png(png_path);
+  return report;
+}
+
+LabelledRun parse_labelled_run(const std::string& arg) {
+  const auto eq = arg.find('=');
+  if (eq != std::string::npos && eq > 0 && eq + 1 < arg.size()) return {arg.substr(0, eq), arg.substr(eq + 1)};
+  std::filesystem::path dir(arg);
+  if (!dir.has_filename()) dir = dir.parent_path();  // "runs/demo/" -> "demo"
+  return {dir.filename().string(), arg};
+}
+
+PlotReport plot_runs(const std::vector<LabelledRun>& runs, const std::string& png_path, std::ostream& warnings) {
+  if (runs.empty()) throw EngineryError("no run to draw", "enginery plot", "one or more run directories");
+  std::vector<Metrics> metrics;
+  metrics.reserve(runs.size());
+  std::vector<std::string> labels;  // in first-seen order, one colour each
+  PlotReport report;
+  for (const auto& run : runs) {
+    std::string path;
+    metrics.push_back(read_run(run.dir, warnings, path));
+    auto at = std::find(labels.begin(), labels.end(), run.label);
+    if (at == labels.end()) at = labels.insert(labels.end(), run.label);
+    const Rgb colour = label_colour(static_cast<size_t>(at - labels.begin()));
+    Metrics& m = metrics.back();
+    for (Series* s : {&m.loss, &m.accuracy, &m.val_loss}) s->color = colour;
+    report.skipped_lines += m.skipped_lines;
+  }
+  Panel loss{{}, "training loss"}, accuracy{{}, "held-out exact match", true}, val_loss{{}, "validation loss"};
+  for (const Metrics& m : metrics) {
+    loss.series.push_back(&m.loss);
+    if (!m.accuracy.points.empty()) accuracy.series.push_back(&m.accuracy);
+    if (!m.val_loss.points.empty()) val_loss.series.push_back(&m.val_loss);
+  }
+  std::vector<const Panel*> panels = {&loss};
+  for (const Panel* p : {&accuracy, &val_loss}) {
+    if (!p->series.empty()) panels.push_back(p);
+  }
+  double first = 0, last = -INFINITY;
+  for (const Panel* p : panels) {
+    for (const Series* s : p->series) {
+      report.points += s->finite(), report.non_finite += s->non_finite;
+      for (const auto& point : s->points) first = std::min(first, point.first), last = std::max(last, point.first);
+    }
+  }
+  const auto [step_lo, step_hi] = widen(first, last, 0.0);
+  const int panel_height = 300, legend_height = 14 * static_cast<int>(labels.size()) + 10;
+  Image img(900, legend_height + panel_height * static_cast<int>(panels.size()) + 10, {255, 255, 255});
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const int y = 8 + 14 * static_cast<int>(i);
+    img.line(80, y + 3, 100, y + 3, label_colour(i), 3);
+    img.text(108, y, labels[i], {20, 20, 20});
+  }
   for (size_t i = 0; i < panels.size(); ++i) {
-    draw_panel(img, *panels[i], 5 + static_cast<int>(i) * panel_height, panel_height, {step_lo, step_hi, 0, 0});
+    draw_overlay(img, *panels[i], legend_height + static_cast<int>(i) * panel_height, panel_height,
+                 {step_lo, step_hi, 0, 0});
   }
   img.write_png(png_path);
   return report;

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace enginery {
 
@@ -19,5 +20,15 @@ struct PlotReport {
 // training loss to draw. The work is bounded by the number of lines and the image size, whatever the values.
 PlotReport plot_run(const std::string& run_dir, const std::string& png_path);
 PlotReport plot_run(const std::string& run_dir, const std::string& png_path, std::ostream& warnings);
+
+// Several runs overlaid in one PNG (a seed or dtype sweep): one colour per label, a legend of the labels. Each
+// run is read and checked as plot_run reads it; the report sums over the runs.
+struct LabelledRun {
+  std::string label;
+  std::string dir;
+};
+PlotReport plot_runs(const std::vector<LabelledRun>& runs, const std::string& png_path, std::ostream& warnings);
+// "LABEL=DIR" -> {LABEL, DIR}; a bare DIR is labelled with its own name.
+LabelledRun parse_labelled_run(const std::string& arg);
 
 }  // namespace enginery

@@ -427,6 +427,12 @@ int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector
   if (lead) print_banner(config, env, device_name, inputs, out_dir);
   const int64_t start = resume(config, *engine.engine, out_dir, env.rank);
   TrainingLoop(config, env, inputs, eval, engine, device, out_dir, start).run();
+  // As torch.distributed.destroy_process_group() ends a Python run: the engine (and any subgroup it built) first,
+  // then the world group, so NCCL's communicators close in order rather than in the group's destructor, which
+  // warns at every exit that destroy_process_group() was not called. Only after a run that finished: a rank that
+  // failed may have peers still inside a collective.
+  engine.engine.reset();
+  engine.group->shutdown();
   return 0;
 }
 

@@ -15,7 +15,7 @@ elsewhere=$(mktemp -d)
 cd "$elsewhere"
 step train_cuda_bf16 240 env -u ENGINERY_PLUGIN_PATH "$venv/bin/enginery" train --config "$repo/examples/demo.toml" \
   --nproc 1 --set trainer.device=cuda --set engine.mixed_precision.param_dtype=bf16 \
-  --set trainer.total_training_steps=300 --set trainer.test_freq=300 --set trainer.save_freq=-1 \
+  --set trainer.total_training_steps=100 --set trainer.test_freq=100 --set trainer.save_freq=-1 \
   --set "trainer.default_local_dir=\"$out/train_cuda_bf16\""
 step train_cpu_gloo_2ranks 240 env -u ENGINERY_PLUGIN_PATH "$venv/bin/enginery" train --config "$repo/examples/demo.toml" \
   --nproc 2 --set trainer.device=cpu --set trainer.total_training_steps=20 --set trainer.test_freq=-1 \

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "host_api/error.h"
@@ -48,7 +49,8 @@ torch::Tensor float64_attention(const torch::Tensor& q, const torch::Tensor& k, 
   return torch::matmul(scores.softmax(-1), v.repeat_interleave(rep, 1));
 }
 
-void check_backend(SdpaBackend backend) {
+// `under_autocast`: as the model calls it in a bf16 run (models/layers.cpp), inside bf16 autocast.
+void check_backend(SdpaBackend backend, bool under_autocast = false) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(5);
   const int64_t b = 2, t = 256, heads = 6, kv_heads = 2, d = 64;
@@ -63,11 +65,14 @@ void check_backend(SdpaBackend backend) {
     return x.detach().to(torch::kCUDA, torch::kBFloat16).requires_grad_(true);
   };
   auto q = on_gpu(q64), k = on_gpu(k64), v = on_gpu(v64);
+  std::optional<compat::AutocastScope> autocast;
+  if (under_autocast) autocast.emplace(c10::DeviceType::CUDA, c10::kBFloat16);
   auto out = compat::sdpa_on_backend(backend, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                      /*is_causal=*/true, scale);
-  auto grads = torch::autograd::grad({out}, {q, k, v}, {grad_out.to(torch::kCUDA, torch::kBFloat16)});
+  autocast.reset();  // backward runs outside autocast, as the engine's does
+  auto grads = torch::autograd::grad({out}, {q, k, v}, {grad_out.to(torch::kCUDA, out.scalar_type())});
   // bf16 inputs and outputs: a few units of bf16's 2^-8 relative step.
-  const std::string name = compat::sdpa_backend_name(backend);
+  const std::string name = std::string(compat::sdpa_backend_name(backend)) + (under_autocast ? " (autocast)" : "");
   EXPECT_LT(rel_diff(out, ref), 2e-2) << name << " output";
   const char* which[] = {"dq", "dk", "dv"};
   for (size_t i = 0; i < 3; ++i) EXPECT_LT(rel_diff(grads[i], ref_grads[i]), 3e-2) << name << " " << which[i];
@@ -77,6 +82,12 @@ TEST(AttentionBackendsGpu, FlashMatchesFloat64) { check_backend(SdpaBackend::kFl
 TEST(AttentionBackendsGpu, CudnnMatchesFloat64) { check_backend(SdpaBackend::kCudnn); }
 TEST(AttentionBackendsGpu, EfficientMatchesFloat64) { check_backend(SdpaBackend::kEfficient); }
 TEST(AttentionBackendsGpu, MathMatchesFloat64) { check_backend(SdpaBackend::kMath); }
+// The math kernel's backward failed under bf16 autocast (a bf16 / fp32 mix inside its composition).
+TEST(AttentionBackendsGpu, EachBackendTrainsUnderBf16Autocast) {
+  for (auto b : {SdpaBackend::kFlash, SdpaBackend::kCudnn, SdpaBackend::kEfficient, SdpaBackend::kMath}) {
+    check_backend(b, /*under_autocast=*/true);
+  }
+}
 
 }  // namespace
 }  // namespace enginery

@@ -18,6 +18,7 @@ namespace models {
 namespace {
 
 using testing::builtin;
+using testing::full_forward_logits;
 
 const std::vector<std::string> kArchitectures = {"llama-tiny", "qwen2-tiny", "qwen3-tiny"};
 
@@ -37,29 +38,6 @@ Prompts left_padded(const std::vector<int64_t>& lengths, int64_t vocab, uint64_t
     out.mask[i].narrow(0, p - len, len).fill_(1);
   }
   return out;
-}
-
-// The output of the last decoder layer, as the training forward hands it to the head unit's hooks.
-class LastLayerCapture : public UnitHooks {
- public:
-  explicit LastLayerCapture(size_t last) : last_(last) {}
-  void pre_forward(size_t) override {}
-  void post_forward(size_t unit, const std::vector<torch::Tensor>& outputs) override {
-    if (unit == last_) hidden = outputs[0];
-  }
-  torch::Tensor hidden;
-
- private:
-  size_t last_;
-};
-
-// Logits [B, V] at the last position of ids/mask [B, S], through the training forward (no cache).
-torch::Tensor full_forward_logits(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask) {
-  torch::NoGradGuard no_grad;
-  LastLayerCapture capture(model.args().num_hidden_layers);
-  model.forward({ids, mask, torch::Tensor()}, HeadOptions{}, &capture);
-  auto h = model.body()->norm(capture.hidden.select(1, ids.size(1) - 1));
-  return model.next_token_logits(h);
 }
 
 // Decodes greedily by hand through forward_cached and checks every step's logits against the full forward. Row 1

@@ -65,6 +65,29 @@ inline double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
+// The output of the last decoder layer, as the training forward hands it to the head unit's hooks.
+class LastLayerCapture : public UnitHooks {
+ public:
+  explicit LastLayerCapture(size_t last) : last_(last) {}
+  void pre_forward(size_t) override {}
+  void post_forward(size_t unit, const std::vector<torch::Tensor>& outputs) override {
+    if (unit == last_) hidden = outputs[0];
+  }
+  torch::Tensor hidden;
+
+ private:
+  size_t last_;
+};
+
+// Logits [B, V] at the last position of ids/mask [B, S], through the training forward (no cache).
+inline torch::Tensor full_forward_logits(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask) {
+  torch::NoGradGuard no_grad;
+  LastLayerCapture capture(model.args().num_hidden_layers);
+  model.forward({ids, mask, torch::Tensor()}, HeadOptions{}, &capture);
+  auto h = model.body()->norm(capture.hidden.select(1, ids.size(1) - 1));
+  return model.next_token_logits(h);
+}
+
 }  // namespace testing
 }  // namespace models
 }  // namespace enginery

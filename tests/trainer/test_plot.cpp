@@ -146,5 +146,37 @@ TEST_F(PlotInput, SkippedLinesPastTenAreCountedNotListed) {
   EXPECT_NE(text.find("15 more lines skipped"), std::string::npos) << text;
 }
 
+TEST_F(PlotInput, SeveralRunsAreOverlaidOneColourPerLabelAndABadRunIsNamed) {
+  std::vector<LabelledRun> runs;
+  for (int r = 0; r < 3; ++r) {
+    const auto run = dir_ / ("seed" + std::to_string(r));
+    std::filesystem::create_directories(run);
+    MetricsLog log(run.string(), -1);
+    for (int s = 1; s <= 10; ++s) log.write({{"step", s}, {"loss", (3.0 + r) / s}});
+    log.write({{"step", 10}, {"accuracy", 0.5 + 0.1 * r}});
+    runs.push_back(parse_labelled_run((r < 2 ? "fp32=" : "bf16=") + run.string()));
+  }
+  EXPECT_EQ(runs[0].label, "fp32");
+  EXPECT_EQ(runs[2].label, "bf16");
+  EXPECT_EQ(runs[2].dir, (dir_ / "seed2").string());
+  EXPECT_EQ(parse_labelled_run((dir_ / "seed1/").string()).label, "seed1");
+
+  std::ostringstream warnings;
+  const PlotReport report = plot_runs(runs, png(), warnings);
+  EXPECT_EQ(report.points, 33u);  // 3 runs x (10 losses + 1 accuracy)
+  EXPECT_TRUE(is_png(png()));
+  // a legend of two labels (38 rows) above two 900x300 panels, uncompressed RGB rows
+  EXPECT_GT(std::filesystem::file_size(png()), (38u + 2 * 300 + 10) * (900 * 3 + 1));
+
+  runs.push_back({"fp16", (dir_ / "missing").string()});
+  try {
+    plot_runs(runs, png(), warnings);
+    ADD_FAILURE() << "a run without metrics was drawn";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir_ / "missing" / "metrics.jsonl").string()), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace enginery

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Does bf16 / fp16 train like fp32? The same tiny model from the same init on the same data, once per dtype and
+seed (and per CUDA-kernel setting), through `enginery train`; then per dtype the median and spread over seeds of
+the final held-out exact match, the final validation loss and the steps to 90%, a statistical verdict against
+fp32's seed spread, and every curve overlaid in one PNG (`enginery plot`).
+
+A dtype (or kernel setting) passes when the median of each of its results lies within the range fp32 (or the
+reference kernel setting) spans over the same seeds: it trains like the reference as far as the seeds can tell.
+One run proves nothing either way (docs/BENCHMARKS.md, "Mixed-precision fidelity").
+
+    bench/fidelity/run_fidelity.py --out runs/fidelity-cpu                 # CPU, 2 ranks, fp32/bf16/fp16, seeds 1-5
+    bench/fidelity/run_fidelity.py --device cuda --nproc 1 --jobs 8 --kernels on,off --out OUT
+
+Outputs in --out: runs/<variant>-<dtype>-s<seed>/ (each run's outputs), results.jsonl (one line per run),
+table.md (the table printed), curves.png. GRPO configs work too: their held-out exact match is the reward the
+verdict reads, and the final training reward (critic/score/mean) is reported beside it.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KERNEL_SETTINGS = {"on": "1", "off": "0"}  # ENGINERY_CUDA_KERNELS (docs/ARCHITECTURE.md, "CUDA kernels")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--enginery", default=None, help="the enginery command (default: .venv/bin/enginery, else PATH)")
+    p.add_argument("--config", default=str(REPO / "examples/demo.toml"))
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--nproc", type=int, default=2, help="ranks per run")
+    p.add_argument("--dtypes", default="fp32,bf16,fp16", help="dtypes to compare; the first is the reference")
+    p.add_argument("--dtype-keys", default="engine.mixed_precision.param_dtype",
+                   help="config keys set to the run's dtype (GRPO: add actor_rollout_ref.rollout.dtype)")
+    p.add_argument("--seeds", default="1-5", help="data.seed = engine.seed values: 1-5 or 1,3,7")
+    p.add_argument("--seed-keys", default="data.seed,engine.seed",
+                   help="config keys set to the run's seed (GRPO from one warm-up: engine.seed alone keeps the "
+                        "warm-up's held-out pairs)")
+    p.add_argument("--kernels", default="on",
+                   help="ENGINERY_CUDA_KERNELS settings to run, the first the reference: on, off, or a value the "
+                        "variable takes (swiglu,rope / -adamw); cuda only")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    p.add_argument("--set", action="append", default=[], dest="overrides",
+                   help="extra --set for every run; {seed} is replaced by the run's seed (GRPO: model.path of "
+                        "each seed's warm-up)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--target", type=float, default=0.9, help="accuracy whose first step is reported")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
+    p.add_argument("--from-results", nargs="+", metavar="JSONL",
+                   help="run nothing: summarise the results.jsonl files of earlier sweeps (their runs/ folders, "
+                        "for the curves, beside each file)")
+    return p.parse_args(argv)
+
+
+def seeds_of(text):
+    if "-" in text and "," not in text:
+        lo, hi = (int(x) for x in text.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def enginery_command(given):
+    if given:
+        return given
+    venv = REPO / ".venv/bin/enginery"
+    return str(venv) if venv.exists() else "enginery"
+
+
+def run_name(variant, dtype, seed):
+    return f"{variant}-{dtype}-s{seed}"
+
+
+def kernel_env(setting):
+    return KERNEL_SETTINGS.get(setting, setting)
+
+
+def train(args, variant, dtype, seed, out):
+    name = run_name(variant, dtype, seed)
+    run_dir = out / "runs" / name
+    cmd = [enginery_command(args.enginery), "train", "--config", args.config, "--nproc", str(args.nproc),
+           "--fresh-run", "--set", f"trainer.device={args.device}", "--set", f'trainer.experiment_name="{name}"',
+           "--set", f'trainer.default_local_dir="{run_dir}"']
+    for key in args.seed_keys.split(","):
+        cmd += ["--set", f"{key}={seed}"]
+    for key in args.dtype_keys.split(","):
+        cmd += ["--set", f'{key}="{dtype}"']
+    for o in args.overrides:
+        cmd += ["--set", o.replace("{seed}", str(seed))]
+    env = dict(os.environ, ENGINERY_CUDA_KERNELS=kernel_env(variant), NCCL_NVLS_ENABLE="0")
+    start = time.time()
+    log = out / "logs" / f"{name}.log"
+    with open(log, "w") as f:
+        try:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    result = {"variant": variant, "dtype": dtype, "seed": seed, "rc": rc, "seconds": round(time.time() - start, 1),
+              "dir": str(run_dir), "log": str(log)}
+    result.update(read_metrics(run_dir / "metrics.jsonl", args.target))
+    return result
+
+
+def read_metrics(path, target):
+    """Final accuracy, final validation loss, first step at `target` accuracy, final training reward if any."""
+    found = {"accuracy": None, "val_loss": None, "steps_to_target": None, "reward": None, "steps": 0}
+    if not path.exists():
+        return found
+    for line in path.read_text().splitlines():
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        found["steps"] = max(found["steps"], m.get("step", 0))
+        if m.get("accuracy") is not None:
+            found["accuracy"] = m["accuracy"]
+            if found["steps_to_target"] is None and m["accuracy"] >= target:
+                found["steps_to_target"] = m["step"]
+        if m.get("val_loss") is not None:
+            found["val_loss"] = m["val_loss"]
+        if m.get("critic/score/mean") is not None:
+            found["reward"] = m["critic/score/mean"]
+    return found
+
+
+def spread(values):
+    """median [min, max] of the values present, and how many there were."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def fmt(s, percent=False, digits=3):
+    if s is None:
+        return "-"
+    f = (lambda v: f"{100 * v:.1f}%") if percent else (lambda v: f"{v:.{digits}g}")
+    return f"{f(s['median'])} [{f(s['min'])}, {f(s['max'])}]"
+
+
+def verdict(group, reference):
+    """PASS when each result's median lies within the reference's seed range (accuracy, val loss)."""
+    if group is reference:
+        return "reference"
+    checks = []
+    for key in ("accuracy", "val_loss"):
+        g, r = group[key], reference[key]
+        if g is None or r is None:
+            continue
+        checks.append(r["min"] <= g["median"] <= r["max"])
+    if not checks:
+        return "no data"
+    return "PASS" if all(checks) else "FAIL"
+
+
+def summarise(results, dtypes, variants, seeds, target):
+    groups = {}
+    for variant in variants:
+        for dtype in dtypes:
+            rows = [r for r in results if r["variant"] == variant and r["dtype"] == dtype]
+            groups[(variant, dtype)] = {
+                "runs": len(rows), "failed": sum(r["rc"] != 0 for r in rows),
+                "accuracy": spread(r["accuracy"] for r in rows),
+                "val_loss": spread(r["val_loss"] for r in rows),
+                "steps_to_target": spread(r["steps_to_target"] for r in rows),
+                "reached": sum(r["steps_to_target"] is not None for r in rows),
+                "reward": spread(r["reward"] for r in rows),
+            }
+    reference = groups[(variants[0], dtypes[0])]
+    lines = [f"| kernels | dtype | runs (failed) | held-out exact match | val loss | steps to {100 * target:.0f}% "
+             f"(reached) | final train reward | verdict vs {variants[0]}/{dtypes[0]} |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (variant, dtype), g in groups.items():
+        # each dtype against fp32 of its own kernel setting; fp32 of each setting against the reference setting
+        ref = groups[(variant, dtypes[0])] if dtype != dtypes[0] else reference
+        lines.append(f"| {variant} | {dtype} | {g['runs']} ({g['failed']}) | {fmt(g['accuracy'], True)} | "
+                     f"{fmt(g['val_loss'])} | {fmt(g['steps_to_target'], digits=4)} ({g['reached']}/{g['runs']}) | "
+                     f"{fmt(g['reward'])} | {verdict(g, ref)} |")
+    seeds_text = ",".join(str(s) for s in seeds)
+    lines.append("")
+    lines.append(f"median [min, max] over seeds {seeds_text}; a dtype is held to fp32 of its own kernel setting, "
+                 f"fp32 of each setting to {variants[0]}: PASS when its medians lie within the reference's range.")
+    return "\n".join(lines), groups
+
+
+def sweep(args, out, variants, dtypes, seeds):
+    """Runs every (kernel setting, dtype, seed), appending each result to results.jsonl as it ends."""
+    todo = [(v, d, s) for v in variants for d in dtypes for s in seeds]
+    print(f"{len(todo)} runs ({len(variants)} kernel settings x {len(dtypes)} dtypes x {len(seeds)} seeds) on "
+          f"{args.device}, {args.jobs} at a time; outputs in {out}", flush=True)
+    results, start = [], time.time()
+    with open(out / "results.jsonl", "w") as log, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(train, args, v, d, s, out) for v, d, s in todo]
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            r = future.result()
+            results.append(r)
+            log.write(json.dumps(r) + "\n")
+            log.flush()
+            eta = (time.time() - start) / done * (len(todo) - done)
+            acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%"
+            print(f"[{done}/{len(todo)}] {run_name(r['variant'], r['dtype'], r['seed'])}: rc {r['rc']}, "
+                  f"accuracy {acc}, val loss {r['val_loss']}, {r['seconds']}s; ETA {eta:.0f}s", flush=True)
+    return results
+
+
+def load_results(files):
+    """Results of earlier sweeps; each run's folder is looked for under runs/ beside its results file."""
+    results = []
+    for f in files:
+        for line in Path(f).read_text().splitlines():
+            r = json.loads(line)
+            local = Path(f).resolve().parent / "runs" / Path(r["dir"]).name
+            r["dir"] = str(local)
+            results.append(r)
+    return results
+
+
+def main(argv):
+    args = parse_args(argv)
+    out = Path(args.out).resolve()
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    if args.from_results:
+        results = load_results(args.from_results)
+        variants = list(dict.fromkeys(r["variant"] for r in results))
+        dtypes = list(dict.fromkeys(r["dtype"] for r in results))
+        seeds = sorted({r["seed"] for r in results})
+    else:
+        dtypes, variants, seeds = args.dtypes.split(","), args.kernels.split(","), seeds_of(args.seeds)
+        results = sweep(args, out, variants, dtypes, seeds)
+    results.sort(key=lambda r: (variants.index(r["variant"]), dtypes.index(r["dtype"]), r["seed"]))
+    table, _ = summarise(results, dtypes, variants, seeds, args.target)
+    header = f"{Path(args.config).name} on {args.device}, {args.nproc} rank(s)"
+    if args.overrides:
+        header += "; --set " + " ".join(args.overrides)
+    (out / "table.md").write_text(header + "\n\n" + table + "\n")
+    print("\n" + header + "\n\n" + table, flush=True)
+    plotted = [f"{r['variant']}/{r['dtype']}={r['dir']}" for r in results
+               if r["rc"] == 0 and (Path(r["dir"]) / "metrics.jsonl").exists()]
+    if plotted:
+        subprocess.run([enginery_command(args.enginery), "plot", *plotted, "-o", str(out / "curves.png")])
+    return 0 if all(r["rc"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
