@@ -11,7 +11,7 @@ export TORCH_CUDA_ARCH_LIST ?= $(shell nvidia-smi --query-gpu=compute_cap --form
 PYTHON = $(VENV)/bin/python
 WHEEL_DIR = $(BUILD)/dist
 
-.PHONY: demo demo-rl test deps venv install clean
+.PHONY: demo demo-rl test bench-demo-seeds bench-fidelity-cpu deps venv install clean
 
 demo: TESTS = OFF
 demo: install
@@ -31,6 +31,18 @@ demo-rl: install
 	$(VENV)/bin/enginery train --config examples/grpo.toml --nproc 2 --fresh-run \
 	  --set model.path=runs/demo-rl-sft/global_step_$(RL_SFT_STEPS)/actor/huggingface
 	$(VENV)/bin/enginery plot runs/demo-rl
+
+# Benchmarks, not tests (minutes each; bench/fidelity/run_fidelity.py says what they print). The demo's bar: its
+# recipe on seeds 1-5, CPU, 2 ranks, every run >= 95% held-out exact match. The fidelity sweep: fp32, bf16 and fp16
+# on the same seeds, each dtype held to fp32's seed spread, curves in runs/bench-fidelity-cpu/curves.png.
+bench-demo-seeds: TESTS = OFF
+bench-demo-seeds: install
+	$(PYTHON) bench/fidelity/run_fidelity.py --enginery $(VENV)/bin/enginery --dtypes fp32 --seeds 1-5 \
+	  --require-accuracy 0.95 --out runs/bench-demo-seeds
+bench-fidelity-cpu: TESTS = OFF
+bench-fidelity-cpu: install
+	$(PYTHON) bench/fidelity/run_fidelity.py --enginery $(VENV)/bin/enginery --dtypes fp32,bf16,fp16 --seeds 1-5 \
+	  --out runs/bench-fidelity-cpu
 
 test: TESTS = ON
 test: install

@@ -52,6 +52,8 @@ def parse_args(argv):
     p.add_argument("--out", required=True)
     p.add_argument("--target", type=float, default=0.9, help="accuracy whose first step is reported")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
+    p.add_argument("--require-accuracy", type=float, default=None,
+                   help="fail (exit 1) unless every run ends at or above this held-out exact match")
     p.add_argument("--from-results", nargs="+", metavar="JSONL",
                    help="run nothing: summarise the results.jsonl files of earlier sweeps (their runs/ folders, "
                         "for the curves, beside each file)")
@@ -244,7 +246,15 @@ def main(argv):
                if r["rc"] == 0 and (Path(r["dir"]) / "metrics.jsonl").exists()]
     if plotted:
         subprocess.run([enginery_command(args.enginery), "plot", *plotted, "-o", str(out / "curves.png")])
-    return 0 if all(r["rc"] == 0 for r in results) else 1
+    failed = [r for r in results if r["rc"] != 0]
+    if args.require_accuracy is not None:
+        failed += [r for r in results if r["rc"] == 0 and (r["accuracy"] or 0.0) < args.require_accuracy]
+        print(f"bar: every run >= {100 * args.require_accuracy:.0f}% held-out exact match: "
+              f"{'PASS' if not failed else 'FAIL'}", flush=True)
+    for r in failed:
+        print(f"  {run_name(r['variant'], r['dtype'], r['seed'])}: rc {r['rc']}, accuracy {r['accuracy']} "
+              f"(log: {r['log']})", flush=True)
+    return 0 if not failed else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""bench/fidelity/run_fidelity.py: what it reads from a run, its statistical verdict, and one tiny sweep through the
+real `enginery train` (two dtypes, one seed, a few steps) that leaves results.jsonl, table.md and curves.png."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HARNESS = REPO / "bench/fidelity/run_fidelity.py"
+spec = importlib.util.spec_from_file_location("run_fidelity", HARNESS)
+fidelity = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fidelity)
+
+
+def write_metrics(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_reads_final_accuracy_val_loss_first_step_at_target_and_reward(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    write_metrics(metrics, [
+        {"step": 1, "loss": 3.0, "critic/score/mean": 0.1},
+        {"step": 100, "val_loss": 1.2, "accuracy": 0.5},
+        {"step": 200, "val_loss": 0.4, "accuracy": 0.92},
+        {"step": 250, "loss": 0.3, "critic/score/mean": 0.8},
+        {"step": 300, "val_loss": 0.5, "accuracy": 0.88},
+    ])
+    got = fidelity.read_metrics(metrics, 0.9)
+    assert got == {"accuracy": 0.88, "val_loss": 0.5, "steps_to_target": 200, "reward": 0.8, "steps": 300}
+    assert fidelity.read_metrics(tmp_path / "missing.jsonl", 0.9)["accuracy"] is None
+
+
+def result(dtype, seed, accuracy, val_loss):
+    return {"variant": "on", "dtype": dtype, "seed": seed, "rc": 0, "accuracy": accuracy, "val_loss": val_loss,
+            "steps_to_target": 100 if accuracy >= 0.9 else None, "reward": None}
+
+
+def test_a_dtype_passes_only_when_its_medians_lie_within_the_reference_seed_range():
+    results = [result("fp32", s, a, l) for s, a, l in [(1, 0.90, 0.30), (2, 1.00, 0.10), (3, 0.95, 0.20)]]
+    results += [result("bf16", s, a, l) for s, a, l in [(1, 0.97, 0.15), (2, 0.93, 0.25), (3, 0.99, 0.12)]]
+    results += [result("fp16", s, a, l) for s, a, l in [(1, 0.10, 1.10), (2, 0.96, 0.20), (3, 0.15, 1.00)]]
+    table, groups = fidelity.summarise(results, ["fp32", "bf16", "fp16"], ["on"], [1, 2, 3], 0.9)
+    assert groups[("on", "fp32")]["accuracy"] == {"median": 0.95, "min": 0.90, "max": 1.00, "n": 3}
+    rows = {line.split("|")[2].strip(): line for line in table.splitlines() if line.startswith("| on |")}
+    assert rows["fp32"].rstrip(" |").endswith("reference")
+    assert rows["bf16"].rstrip(" |").endswith("PASS")
+    assert rows["fp16"].rstrip(" |").endswith("FAIL")  # one good seed does not make a median
+    assert "(1/3)" in rows["fp16"]  # steps to 90%: reached by one run of three
+
+
+def test_a_tiny_sweep_through_enginery_train(tmp_path):
+    exe = os.environ["ENGINERY_EXE"]
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, str(HARNESS), "--enginery", exe, "--nproc", "1", "--dtypes", "fp32,bf16", "--seeds", "1",
+           "--out", str(out), "--set", "trainer.total_training_steps=4", "--set", "trainer.test_freq=2",
+           "--set", "trainer.save_freq=-1", "--set", "data.val_size=8", "--set", "trainer.val_before_train=false",
+           "--require-accuracy", "0.0"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["dtype"] for r in rows) == ["bf16", "fp32"]
+    for r in rows:
+        assert r["rc"] == 0 and r["steps"] == 4 and r["val_loss"] is not None
+        config = (Path(r["dir"]) / "config.toml").read_text()
+        assert f"param_dtype = '{r['dtype']}'" in config
+    assert "| on | bf16 | 1 (0) |" in (out / "table.md").read_text()
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
