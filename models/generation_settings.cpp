@@ -80,8 +80,8 @@ void check_dtype_on_device(c10::ScalarType dtype, const c10::Device& device, con
   } catch (const EngineryError&) {
     throw;
   } catch (const c10::Error& e) {
-    throw EngineryError(name.key + " = " + dtype_name + " cannot generate on " + device.str() + " with this LibTorch: " +
-                            e.what_without_backtrace(),
+    throw EngineryError(name.key + " = " + dtype_name + " cannot generate on " + device.str() +
+                            " with this LibTorch: " + e.what_without_backtrace(),
                         name.where, "a dtype the device computes in (fp32 everywhere)");
   }
 }

@@ -46,6 +46,8 @@ class AdditionDataset : public Dataset {
   bool val_;
 };
 
+constexpr int kMaxRowDepth = 8;
+
 // One JSON object per line, each checked by parse_jsonl_row (trainer/jsonl_row.h).
 class JsonlDataset : public Dataset {
  public:
@@ -60,8 +62,16 @@ class JsonlDataset : public Dataset {
       const std::string where = path + ":" + std::to_string(line_no);
       nlohmann::json row;
       try {
-        row = nlohmann::json::parse(line);
-      } catch (const std::exception& e) {
+        // Printing or copying a JSON value recurses once per nesting level: a row nested 100000 deep would
+        // overflow the stack. A row nests 2 levels (an object of arrays).
+        row = nlohmann::json::parse(line, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+          if (depth > kMaxRowDepth) {
+            throw EngineryError("JSON nested deeper than " + std::to_string(kMaxRowDepth) + " levels", where,
+                                "an object of per-token arrays of numbers");
+          }
+          return true;
+        });
+      } catch (const nlohmann::json::exception& e) {
         throw EngineryError(std::string("invalid JSON: ") + e.what(), where);
       }
       rows_.push_back(parse_jsonl_row(row, where, max_length, limits, options));

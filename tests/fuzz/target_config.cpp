@@ -82,13 +82,16 @@ Target config_overrides_target() {
         "trainer.total_training_steps=100",
         "optim.betas=[0.9, 0.95]\ndata.train_files=train.jsonl",
         "engine.mixed_precision.param_dtype=\"bf16\"\nengine.model_dtype=32",
-        "engine.strategy=fsdp2\nengine.fsdp2.option=1\nloss.clip_ratio_low=0.1",
+        "engine.strategy=fsdp2\nengine.fsdp2.option=1\nloss.type=ppo\nloss.clip_ratio_low=0.1",
         "plugins.dirs=[\"/opt/plugins\", \"plugins\"]\ncheckpoint.save_contents=[\"model\"]",
         "trainer.experiment_name=run 1\nengine.grad_scaler.enabled=always",
-        "algorithm.adv_estimator=grpo\nrollout.response_length=9223372036854775807\nrollout.top_k=-2",
-        "algorithm.adv_estimator=grpo\nrollout.temperature=1e-300\nactor.kl_loss_coef=0.1",
-        "rollout.n=4\nactor_rollout_ref.actor.ppo_epochs=2\nloss.clip_ratio=0.1",
-        "data.train_files=d.jsonl\ndata.truncation=left\ndata.unknown_fields=ignore\nmodel.trust_remote_code=true"};
+        "algorithm.adv_estimator=grpo\nactor.ppo_mini_batch_size=64\nrollout.response_length=4\nrollout.top_k=-1",
+        "algorithm.adv_estimator=grpo\nactor.ppo_mini_batch_size=64\nrollout.temperature=0.5\n"
+        "actor.use_kl_loss=true\nactor.kl_loss_coef=0.1",
+        "algorithm.adv_estimator=grpo\nactor_rollout_ref.actor.ppo_mini_batch_size=64\nactor_rollout_ref.rollout.n=4\n"
+        "actor_rollout_ref.actor.ppo_epochs=2\nalgorithm.norm_adv_by_std_in_grpo=false",
+        "data.train_files=d.jsonl\ndata.truncation=left\ndata.unknown_fields=ignore\nmodel.trust_remote_code=false\n"
+        "loss.type=value\nloss.cliprange_value=0.3"};
   };
   t.dictionary = config_keys();
   return t;

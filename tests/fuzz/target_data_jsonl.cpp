@@ -1,8 +1,8 @@
 // Target of .jsonl training data (trainer/jsonl_row.cpp through open_dataset): every per-token field of a row.
-// The loss, data.truncation and data.unknown_fields come from the input's own bytes, so one corpus covers them
-// all. A row that loads must hold what the training loop relies on (README.md, "Data files").
+// The loss, data.truncation, data.unknown_fields and the split come from the input's first line, so one corpus
+// covers them all. A row that loads must hold what the training loop relies on (README.md, "Data files").
 #include <algorithm>
-#include <functional>
+#include <sstream>
 
 #include "host_api/error.h"
 #include "tests/fuzz/targets.h"
@@ -14,18 +14,19 @@ namespace {
 
 constexpr int64_t kMaxLength = 6;
 
-JsonlOptions options_for(const std::string& input) {
-  const size_t h = std::hash<std::string>{}(input);
+// The options come from an optional first line "#<loss> <truncation> <unknown_fields> <split>" (mutated like the
+// rest, so the fuzzer explores them too); anything missing or unknown keeps the default (sft, error, error, train).
+JsonlOptions options_for(const std::string& header) {
+  std::istringstream words(header.size() > 1 && header[0] == '#' ? header.substr(1) : "");
+  std::string loss, truncation, unknown, split;
+  words >> loss >> truncation >> unknown >> split;
   JsonlOptions o;
-  const char* losses[] = {"sft", "ppo", "value"};
-  const std::string loss = losses[h % 3];
   if (loss == "ppo") o.loss_inputs = {"old_log_probs", "advantages"};
   if (loss == "value") o.loss_inputs = {"values", "returns"};
-  o.loss_name = "loss.type = " + loss;
-  o.require_loss_inputs = (h / 3) % 2 == 0;
-  const char* truncation[] = {"error", "left", "right"};
-  o.truncation = truncation[(h / 6) % 3];
-  o.unknown_fields = (h / 18) % 2 ? "ignore" : "error";
+  o.loss_name = "loss.type = " + (o.loss_inputs.empty() ? std::string("sft") : loss);
+  if (truncation == "left" || truncation == "right") o.truncation = truncation;
+  if (unknown == "ignore") o.unknown_fields = unknown;
+  o.require_loss_inputs = split != "val";
   return o;
 }
 
@@ -50,6 +51,7 @@ void check_example(const Example& ex, const JsonlOptions& o) {
     if (values.size() != n) throw Finding(name + " is not as long as input_ids");
   }
   if (o.require_loss_inputs && ex.extras.size() != o.loss_inputs.size()) throw Finding("a loss input is missing");
+  if (!o.require_loss_inputs && !ex.extras.empty()) throw Finding("a validation row kept a loss input");
 }
 
 }  // namespace
@@ -57,8 +59,10 @@ void check_example(const Example& ex, const JsonlOptions& o) {
 namespace data_jsonl {
 void fuzz_one(const std::string& input) {
   const std::filesystem::path path = scratch_dir() / "data.jsonl";
-  write_file(path, input);
-  const JsonlOptions options = options_for(input);
+  const bool has_header = !input.empty() && input[0] == '#';
+  const size_t body = has_header ? std::min(input.size(), input.find('\n') + 1) : 0;
+  write_file(path, input.substr(body));
+  const JsonlOptions options = options_for(input.substr(0, body));
   const auto data = open_dataset(path.string(), "train", kMaxLength, 3, 0, 1,
                                  TokenLimits{1000, 8, "model.path = fuzz"}, options);
   for (int64_t i = 0; i < data->size(); ++i) check_example(data->get(i), options);
@@ -73,15 +77,18 @@ Target data_jsonl_target() {
   t.seeds = [] {
     return std::vector<std::string>{
         "{\"input_ids\": [5, 6, 7, 8], \"loss_mask\": [0, 0, 1, 1]}\n{\"input_ids\": [9, 10, 11]}\n",
-        "{\"input_ids\": [5, 6, 7, 8, 0, 0], \"attention_mask\": [1, 1, 1, 1, 0, 0], \"length\": 4, "
-        "\"loss_mask\": [false, false, true, true, false, false]}\n",
-        "{\"input_ids\": [1, 2, 3], \"old_log_probs\": [-0.5, -1, -2], \"advantages\": [0.5, -1, 2]}\n",
-        "{\"input_ids\": [1, 2, 3], \"values\": [0.1, 0.2, 0.3], \"returns\": [1, 1, 1], \"loss_mask\": [0, 1, 1]}\n",
-        "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], \"loss_mask\": [0, 0, 0, 0, 0, 0, 0, 0, 1, 1]}\n"};
+        "#sft error error train\n{\"input_ids\": [5, 6, 7, 8, 0, 0], \"attention_mask\": [1, 1, 1, 1, 0, 0], "
+        "\"length\": 4, \"loss_mask\": [false, false, true, true, false, false]}\n",
+        "#ppo error error train\n{\"input_ids\": [1, 2, 3], \"old_log_probs\": [-0.5, -1, -2], "
+        "\"advantages\": [0.5, -1, 2]}\n",
+        "#value error ignore val\n{\"input_ids\": [1, 2, 3], \"values\": [0.1, 0.2, 0.3], \"returns\": [1, 1, 1], "
+        "\"loss_mask\": [0, 1, 1], \"text\": \"kept out\"}\n",
+        "#sft left error train\n{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "
+        "\"loss_mask\": [0, 0, 0, 0, 0, 0, 0, 0, 1, 1]}\n"};
   };
   t.dictionary = {"\"input_ids\"", "\"loss_mask\"", "\"attention_mask\"", "\"length\"", "\"old_log_probs\"",
-                  "\"advantages\"", "\"values\"", "\"returns\"", "\"loss_msk\"", "[1, 1, 0]", "[0, 1, 1]",
-                  "-1", "1e39", "18446744073709551615", "true", "null"};
+                  "\"advantages\"", "\"values\"", "\"returns\"", "\"loss_msk\"", "#ppo", "#value", "left", "right",
+                  "ignore", "val", "[1, 1, 0]", "[0, 1, 1]", "-1", "1e39", "18446744073709551615", "true", "null"};
   return t;
 }
 

@@ -40,7 +40,8 @@ TEST(ConfigReads, RlSectionsUnderAnOfflineLossAreRefusedWhereSet) {
   EXPECT_EQ(reads_error(rollout), rollout + ":6:5: rollout.n is read only by algorithm.adv_estimator = \"grpo\"; this "
                                          "run trains the offline loss.type = \"sft\" (allowed: "
                                          "algorithm.adv_estimator = \"grpo\", or leave the key out)");
-  const std::string verl = reads_config("verl.toml", std::string(kSftOnly) + "[actor_rollout_ref.actor]\nppo_epochs = 2\n");
+  const std::string verl =
+      reads_config("verl.toml", std::string(kSftOnly) + "[actor_rollout_ref.actor]\nppo_epochs = 2\n");
   EXPECT_EQ(reads_error(verl), verl + ":6:14: actor.ppo_epochs is read only by algorithm.adv_estimator = \"grpo\"; "
                                    "this run trains the offline loss.type = \"sft\" (allowed: "
                                    "algorithm.adv_estimator = \"grpo\", or leave the key out)");
@@ -102,7 +103,8 @@ TEST(ConfigReads, ModelKeysWithoutAReaderAndJsonlOptionsWithoutJsonlAreRefused) 
             "\"builtin:addition\") (allowed: a .jsonl data.train_files or data.val_files, or leave the key out)");
   EXPECT_EQ(reads_error(base, {"data.train_files=d.jsonl", "data.truncation=left", "data.unknown_fields=ignore"}),
             "no error");
-  EXPECT_NE(reads_error(base, {"data.train_files=d.jsonl", "data.truncation=middle"}).find("allowed: error, left, right"),
+  EXPECT_NE(reads_error(base, {"data.train_files=d.jsonl", "data.truncation=middle"})
+                .find("allowed: error, left, right"),
             std::string::npos);
 }
 

@@ -170,6 +170,12 @@ TEST_F(JsonlRows, LossInputsAreRequiredFiniteAndInRange) {
             "<path>:1: advantages[1] = \"x\" is out of range (allowed: finite float32 numbers)");
 }
 
+// Found by the data_jsonl fuzz target: printing a value nested 100000 deep overflowed the stack.
+TEST_F(JsonlRows, DeepNestingIsRefusedBeforeItIsPrinted) {
+  EXPECT_EQ(error("{\"input_ids\": " + std::string(100000, '[') + "\n"),
+            "<path>:1: JSON nested deeper than 8 levels (allowed: an object of per-token arrays of numbers)");
+}
+
 TEST_F(JsonlRows, TokenIdsBeyondInt64AreNamedAsWritten) {
   EXPECT_EQ(error(R"({"input_ids": [5, 18446744073709551615, 7]})" "\n"),
             "<path>:1: input_ids[1] = 18446744073709551615 is not a token id (allowed: integers 0..99)");
