@@ -5,6 +5,7 @@
 #include <string>
 
 #include "host_api/error.h"
+#include "models/generation_settings.h"
 #include "models/kv_cache.h"
 #include "support/torch_compat.h"
 
@@ -13,14 +14,9 @@ namespace models {
 namespace {
 
 void check_params(const SamplingParams& p) {
-  const char* where = "SamplingParams";
-  if (p.max_new_tokens < 1) throw EngineryError("max_new_tokens = " + std::to_string(p.max_new_tokens), where, ">= 1");
-  if (p.greedy) return;
-  if (!(p.temperature > 0.0) || !std::isfinite(p.temperature)) {
-    throw EngineryError("temperature = " + std::to_string(p.temperature), where, "a finite value > 0, or greedy");
-  }
-  if (!(p.top_p > 0.0 && p.top_p <= 1.0)) throw EngineryError("top_p = " + std::to_string(p.top_p), where, "(0, 1]");
-  if (p.top_k < 0) throw EngineryError("top_k = " + std::to_string(p.top_k), where, "0 (off) or >= 1");
+  auto field = [](const char* key) { return SettingName{key, "SamplingParams"}; };
+  check_sampling_values(p, {field("temperature"), field("top_p"), field("top_k"), field("max_new_tokens"),
+                            field("dtype")});
 }
 
 // Left padding only: the last column must be a real token of every row, since it is the one whose logits pick
@@ -68,8 +64,10 @@ torch::Tensor sample_next(torch::Tensor logits, const SamplingParams& p, at::Gen
   if (p.top_p < 1.0) {
     auto sorted = logits.sort(-1, /*descending=*/true);
     auto probs = std::get<0>(sorted).softmax(-1);
-    // A token goes when the more likely ones already hold top_p of the mass.
+    // A token goes when the more likely ones already hold top_p of the mass. The most likely one always stays: a
+    // top_p below float32's range would otherwise compare as 0 and drop every token.
     auto drop_sorted = (probs.cumsum(-1) - probs) >= p.top_p;
+    drop_sorted.select(-1, 0).fill_(false);
     auto drop = torch::zeros_like(drop_sorted).scatter(-1, std::get<1>(sorted), drop_sorted);
     logits = logits.masked_fill(drop, neg_inf);
   }

@@ -14,9 +14,9 @@ namespace models {
 struct SamplingParams {
   int64_t max_new_tokens = 16;
   bool greedy = false;        // argmax; temperature, top_p and top_k are then ignored
-  double temperature = 1.0;   // > 0
+  double temperature = 1.0;   // >= kMinTemperature (models/generation_settings.h)
   double top_p = 1.0;         // (0, 1]; 1 = off
-  int64_t top_k = 0;          // 0 = off
+  int64_t top_k = 0;          // 0 or -1 = off
   int64_t eos_token_id = -1;  // a sequence stops after emitting it; < 0: never stops early
   // More ids that stop a sequence as eos does (models with several end tokens: config.json's eos_token_id list).
   std::vector<int64_t> stop_token_ids;

@@ -10,7 +10,9 @@
 
 #include "host_api/error.h"
 #include "host_api/precision.h"
+#include "models/generation_settings.h"
 #include "models/model_args.h"
+#include "trainer/grpo/rollout_settings.h"
 #include "support/toml_guard.h"
 #include "trainer/config_schema.h"
 #include "trainer/dataset.h"
@@ -403,14 +405,14 @@ void check_optimizer_values(const TrainConfig& c) {
   check_positive(c, g.growth_interval, "engine.grad_scaler.growth_interval");
 }
 
-// GRPO's knobs (trainer/grpo/): checked always, so a bad value is refused even before adv_estimator selects them.
+// GRPO's knobs (trainer/grpo/): their values are checked whether or not they are read (a key set under another
+// algorithm is refused as unread before this, config_schema.h).
 void check_rl_values(const TrainConfig& c) {
   const double inf = std::numeric_limits<double>::infinity();
   check_positive(c, c.rollout.n, "rollout.n");
-  check_positive(c, c.rollout.response_length, "rollout.response_length");
-  check_range(c, c.rollout.temperature, "rollout.temperature", std::numeric_limits<double>::min(), inf, true,
-              "> 0, finite");
-  check_range(c, c.rollout.top_p, "rollout.top_p", std::numeric_limits<double>::min(), 1.0, false, "(0, 1]");
+  // The sampling values through the check `enginery generate` makes (models/generation_settings.h); the lengths
+  // and rollout.dtype against the model and device follow in preflight (trainer/preflight.h).
+  models::check_sampling_values(rollout_sampling_params(c), rollout_setting_names(c));
   check_positive(c, c.actor.ppo_mini_batch_size, "actor.ppo_mini_batch_size");
   check_positive(c, c.actor.ppo_epochs, "actor.ppo_epochs");
   check_range(c, c.actor.clip_ratio, "actor.clip_ratio", 0.0, 1.0, true, "[0, 1)");
@@ -473,6 +475,14 @@ void check_values(const TrainConfig& c) {
   }
 }
 
+// A key the run's algorithm, loss or data does not read is refused where it was set (config_schema.h).
+void reject_unread(const TrainConfig& c) {
+  for (const auto& [key, where] : c.origins) {
+    const UnreadKey unread = why_not_read(c, key);
+    if (!unread.reason.empty()) throw EngineryError(key + " " + unread.reason, where, unread.allowed);
+  }
+}
+
 // The overrides applied to `root`, then the schema's walk and every check; `source` names the document.
 TrainConfig parse_document(toml::table& root, const std::string& source, const std::vector<std::string>& overrides,
                            const std::string& flag_prefix) {
@@ -483,6 +493,7 @@ TrainConfig parse_document(toml::table& root, const std::string& source, const s
   TomlReader reader(root, source, flags, &config.origins);
   visit_config(reader, config);
   reader.reject_unknown();
+  reject_unread(config);
   check_values(config);
   return config;
 }

@@ -11,7 +11,7 @@ namespace {
 
 class TomlWriter : public ConfigVisitor {
  public:
-  explicit TomlWriter(toml::table& root) : root_(root) {}
+  TomlWriter(toml::table& root, const TrainConfig& config) : root_(root), config_(config) {}
 
   void field(const std::string& key, int64_t& value) override { put(key, value); }
   void field(const std::string& key, double& value) override { put(key, value); }
@@ -46,8 +46,10 @@ class TomlWriter : public ConfigVisitor {
   }
 
  private:
+  // A key the run does not read is left out: the parser would refuse it (config_schema.h, why_not_read).
   template <typename T>
   void put(const std::string& key, T&& value) {
+    if (!why_not_read(config_, key).reason.empty()) return;
     toml::table* table = &root_;
     std::stringstream ss(key);
     std::vector<std::string> parts;
@@ -60,13 +62,14 @@ class TomlWriter : public ConfigVisitor {
   }
 
   toml::table& root_;
+  const TrainConfig& config_;
 };
 
 }  // namespace
 
 std::string to_toml(const TrainConfig& config) {
   toml::table root;
-  TomlWriter writer(root);
+  TomlWriter writer(root, config);
   TrainConfig copy = config;
   visit_config(writer, copy);
   std::ostringstream out;

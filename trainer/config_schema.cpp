@@ -78,6 +78,8 @@ void visit_optim_data_loss(ConfigVisitor& v, TrainConfig& c) {
   v.field("data.val_files", d.val_files);
   v.field("data.train_batch_size", d.train_batch_size);
   v.field("data.max_length", d.max_length);
+  v.choice("data.truncation", d.truncation, {"error", "left", "right"});
+  v.choice("data.unknown_fields", d.unknown_fields, {"error", "ignore"});
   v.field("data.seed", d.seed);
   v.field("data.shuffle", d.shuffle);
   v.field("data.digits", d.digits);

@@ -38,4 +38,13 @@ class ConfigVisitor {
 
 void visit_config(ConfigVisitor& visitor, TrainConfig& config);
 
+// Why nothing reads `key` under `config` (its algorithm, loss and data decide), with what to do instead; an empty
+// `reason` when the key is read (trainer/config_reads.cpp). The parser refuses such a key when it is set, the
+// printer leaves it out, so no knob is accepted and then ignored (docs/ARCHITECTURE.md, "Configuration").
+struct UnreadKey {
+  std::string reason;
+  std::string allowed;
+};
+UnreadKey why_not_read(const TrainConfig& config, const std::string& key);
+
 }  // namespace enginery

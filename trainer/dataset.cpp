@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "host_api/error.h"
+#include "trainer/jsonl_row.h"
 
 namespace enginery {
 namespace {
@@ -15,24 +16,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-
-void check_token_id(int64_t id, const TokenLimits& limits, const std::string& where) {
-  const bool too_big = limits.vocab_size > 0 && id >= limits.vocab_size;
-  if (id < 0 || too_big) {
-    const std::string vocab = limits.vocab_size > 0 ? std::to_string(limits.vocab_size) : "?";
-    throw EngineryError("token id " + std::to_string(id) + " is outside the vocabulary of " + vocab + " ids of " +
-                            limits.model,
-                        where, "0.." + (limits.vocab_size > 0 ? std::to_string(limits.vocab_size - 1) : "vocab-1"));
-  }
-}
-
-void check_length(int64_t length, const TokenLimits& limits, const std::string& where, const std::string& what) {
-  if (limits.max_positions > 0 && length > limits.max_positions) {
-    throw EngineryError(what + " of " + std::to_string(length) + " tokens is longer than max_position_embeddings = " +
-                            std::to_string(limits.max_positions) + " of " + limits.model,
-                        where, "sequences of at most " + std::to_string(limits.max_positions) + " tokens");
-  }
-}
 
 class AdditionDataset : public Dataset {
  public:
@@ -44,7 +27,7 @@ class AdditionDataset : public Dataset {
                               std::to_string(limits.vocab_size),
                           "builtin:addition");
     }
-    check_length(task_.seq_len(), limits, "builtin:addition, data.digits = " + std::to_string(digits),
+    check_sequence_length(task_.seq_len(), limits, "builtin:addition, data.digits = " + std::to_string(digits),
                  "an example");
   }
   int64_t size() const override { return size_; }
@@ -63,11 +46,13 @@ class AdditionDataset : public Dataset {
   bool val_;
 };
 
-// One JSON object per line: {"input_ids": [...], "loss_mask": [...] (optional), "<name>": [floats] ...}. Every other
-// array of numbers as long as input_ids is kept as a per-token float tensor (old_log_probs, advantages, ...).
+constexpr int kMaxRowDepth = 8;
+
+// One JSON object per line, each checked by parse_jsonl_row (trainer/jsonl_row.h).
 class JsonlDataset : public Dataset {
  public:
-  JsonlDataset(const std::string& path, int64_t max_length, const TokenLimits& limits) : path_(path) {
+  JsonlDataset(const std::string& path, int64_t max_length, const TokenLimits& limits, const JsonlOptions& options)
+      : path_(path) {
     require_regular_file(path, "a .jsonl file");
     std::ifstream in(path);
     if (!in) throw EngineryError("cannot open data file", path);
@@ -77,11 +62,19 @@ class JsonlDataset : public Dataset {
       const std::string where = path + ":" + std::to_string(line_no);
       nlohmann::json row;
       try {
-        row = nlohmann::json::parse(line);
-      } catch (const std::exception& e) {
+        // Printing or copying a JSON value recurses once per nesting level: a row nested 100000 deep would
+        // overflow the stack. A row nests 2 levels (an object of arrays).
+        row = nlohmann::json::parse(line, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+          if (depth > kMaxRowDepth) {
+            throw EngineryError("JSON nested deeper than " + std::to_string(kMaxRowDepth) + " levels", where,
+                                "an object of per-token arrays of numbers");
+          }
+          return true;
+        });
+      } catch (const nlohmann::json::exception& e) {
         throw EngineryError(std::string("invalid JSON: ") + e.what(), where);
       }
-      rows_.push_back(parse_row(row, where, max_length, limits));
+      rows_.push_back(parse_jsonl_row(row, where, max_length, limits, options));
     }
     if (rows_.empty()) throw EngineryError("no examples", path);
   }
@@ -90,48 +83,6 @@ class JsonlDataset : public Dataset {
   std::string describe() const override { return path_ + " (" + std::to_string(rows_.size()) + " rows)"; }
 
  private:
-  static Example parse_row(const nlohmann::json& row, const std::string& where, int64_t max_length,
-                           const TokenLimits& limits) {
-    if (!row.is_object() || !row.contains("input_ids") || !row["input_ids"].is_array()) {
-      throw EngineryError("each line needs an array \"input_ids\"", where, "input_ids, loss_mask, per-token arrays");
-    }
-    Example ex;
-    for (const auto& id : row["input_ids"]) {
-      if (!id.is_number_integer()) throw EngineryError("input_ids must be integers, found " + id.dump(), where);
-      check_token_id(id.get<int64_t>(), limits, where + ": input_ids");
-      ex.input_ids.push_back(id.get<int64_t>());
-    }
-    const size_t n = ex.input_ids.size();
-    if (n < 2) throw EngineryError("input_ids needs at least 2 tokens", where);
-    check_length(std::min<int64_t>(static_cast<int64_t>(n), max_length), limits, where,
-                 n > static_cast<size_t>(max_length) ? "a row (cut to data.max_length)" : "a row");
-    for (const auto& [name, value] : row.items()) {
-      if (name == "input_ids" || !value.is_array()) continue;
-      std::vector<float> values;
-      for (const auto& v : value) {
-        if (!v.is_number()) throw EngineryError("\"" + name + "\" must hold numbers", where);
-        values.push_back(v.get<float>());
-      }
-      if (values.size() != n) {
-        throw EngineryError("\"" + name + "\" has " + std::to_string(values.size()) + " entries, input_ids " +
-                                std::to_string(n),
-                            where);
-      }
-      if (name == "loss_mask") {
-        ex.loss_mask = std::move(values);
-      } else {
-        ex.extras[name] = std::move(values);
-      }
-    }
-    if (ex.loss_mask.empty()) ex.loss_mask.assign(n, 1.0f);
-    ex.loss_mask[0] = 0.0f;  // position 0 has no context: never a target (batch.h)
-    const size_t keep = std::min<size_t>(n, static_cast<size_t>(max_length));
-    ex.input_ids.resize(keep);
-    ex.loss_mask.resize(keep);
-    for (auto& [name, values] : ex.extras) values.resize(keep);
-    return ex;
-  }
-
   std::string path_;
   std::vector<Example> rows_;
 };
@@ -143,7 +94,7 @@ class BinDataset : public Dataset {
   BinDataset(const std::string& path, int64_t window, const TokenLimits& limits)
       : path_(path), window_(window), limits_(limits) {
     require_regular_file(path, "a .bin file of uint16 token ids");
-    check_length(window, limits, path, "data.max_length, the window");
+    check_sequence_length(window, limits, path, "data.max_length, the window");
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     if (!in) throw EngineryError("cannot open data file", path);
     num_tokens_ = static_cast<int64_t>(in.tellg()) / 2;
@@ -190,6 +141,27 @@ class BinDataset : public Dataset {
 
 bool is_builtin_addition(const std::string& spec) { return spec == "builtin:addition"; }
 
+bool is_jsonl(const std::string& spec) { return ends_with(spec, ".jsonl"); }
+
+void check_token_id(int64_t id, const TokenLimits& limits, const std::string& where) {
+  const bool too_big = limits.vocab_size > 0 && id >= limits.vocab_size;
+  if (id < 0 || too_big) {
+    const std::string vocab = limits.vocab_size > 0 ? std::to_string(limits.vocab_size) : "?";
+    throw EngineryError("token id " + std::to_string(id) + " is outside the vocabulary of " + vocab + " ids of " +
+                            limits.model,
+                        where, "0.." + (limits.vocab_size > 0 ? std::to_string(limits.vocab_size - 1) : "vocab-1"));
+  }
+}
+
+void check_sequence_length(int64_t length, const TokenLimits& limits, const std::string& where,
+                           const std::string& what) {
+  if (limits.max_positions > 0 && length > limits.max_positions) {
+    throw EngineryError(what + " of " + std::to_string(length) + " tokens is longer than max_position_embeddings = " +
+                            std::to_string(limits.max_positions) + " of " + limits.model,
+                        where, "sequences of at most " + std::to_string(limits.max_positions) + " tokens");
+  }
+}
+
 void require_regular_file(const std::string& path, const std::string& allowed) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
@@ -201,11 +173,11 @@ void require_regular_file(const std::string& path, const std::string& allowed) {
 
 std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string& split, int64_t max_length,
                                       int64_t digits, int64_t builtin_size, uint64_t seed,
-                                      const TokenLimits& limits) {
+                                      const TokenLimits& limits, const JsonlOptions& jsonl) {
   if (is_builtin_addition(spec)) {
     return std::make_unique<AdditionDataset>(digits, seed, builtin_size, split == "val", limits);
   }
-  if (ends_with(spec, ".jsonl")) return std::make_unique<JsonlDataset>(spec, max_length, limits);
+  if (is_jsonl(spec)) return std::make_unique<JsonlDataset>(spec, max_length, limits, jsonl);
   if (ends_with(spec, ".bin")) return std::make_unique<BinDataset>(spec, max_length, limits);
   throw EngineryError("unknown data source '" + spec + "'", "data." + split + "_files",
                       "builtin:addition, <file>.jsonl, <file>.bin");

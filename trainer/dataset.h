@@ -35,12 +35,37 @@ struct TokenLimits {
   std::string model;          // which model, for messages: "model.path = ..."
 };
 
+// How .jsonl rows are read (README.md, "Data files"; trainer/jsonl_row.h checks each row against it).
+struct JsonlOptions {
+  // The per-token float arrays the loss reads (trainer/losses.h required_inputs): every training row carries
+  // them; a validation row may (evaluation reads none of them, so they are checked, then dropped).
+  std::vector<std::string> loss_inputs;
+  bool require_loss_inputs = true;
+  std::string loss_name = "loss.type = sft";  // for messages
+  // Per-token arrays another loss reads -> that loss ("loss.type = ppo"), so a row carrying one is refused with
+  // the reason rather than as an unknown name.
+  std::map<std::string, std::string> other_loss_inputs;
+  // data.truncation, verl's SFT dataset knob: a row longer than data.max_length is an error, or loses its first
+  // ("left") or last ("right") tokens.
+  std::string truncation = "error";
+  // data.unknown_fields: a field outside the schema is an error, or ("ignore") skipped unread.
+  std::string unknown_fields = "error";
+};
+
 // `spec`: "builtin:addition", a .jsonl file or a .bin file (only regular files are opened: a FIFO would block).
 // `split` is "train" or "val" (the builtin task's held-out pairs). Throws EngineryError naming the file (and line
 // for .jsonl).
 std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string& split, int64_t max_length,
                                       int64_t digits, int64_t builtin_size, uint64_t seed,
-                                      const TokenLimits& limits = {});
+                                      const TokenLimits& limits = {}, const JsonlOptions& jsonl = {});
+
+bool is_jsonl(const std::string& spec);
+
+// Shared by the readers: an id outside [0, vocab_size) and a sequence longer than max_positions are errors naming
+// `where` (`what`: "a row", "an example", ...).
+void check_token_id(int64_t id, const TokenLimits& limits, const std::string& where);
+void check_sequence_length(int64_t length, const TokenLimits& limits, const std::string& where,
+                           const std::string& what);
 
 bool is_builtin_addition(const std::string& spec);
 

@@ -1,7 +1,11 @@
 #include "trainer/preflight.h"
 
+#include <algorithm>
+
 #include "host_api/error.h"
 #include "models/model_args.h"
+#include "trainer/grpo/rollout_settings.h"
+#include "trainer/losses.h"
 
 namespace enginery {
 
@@ -16,7 +20,27 @@ TokenLimits model_token_limits(const TrainConfig& c) {
   return limits;
 }
 
-void preflight_data(const TrainConfig& c, int64_t world_size) {
+JsonlOptions jsonl_options(const TrainConfig& c, const std::string& split) {
+  JsonlOptions options;
+  options.loss_inputs = required_inputs(c.loss);
+  options.require_loss_inputs = split == "train";
+  options.loss_name = "loss.type = " + c.loss.type;
+  for (const std::string type : {"sft", "ppo", "value"}) {
+    LossSection other;
+    other.type = type;
+    for (const std::string& name : required_inputs(other)) {
+      const auto& mine = options.loss_inputs;
+      if (std::find(mine.begin(), mine.end(), name) == mine.end()) {
+        options.other_loss_inputs[name] = "loss.type = " + type;
+      }
+    }
+  }
+  options.truncation = c.data.truncation;
+  options.unknown_fields = c.data.unknown_fields;
+  return options;
+}
+
+void preflight_data(const TrainConfig& c, int64_t world_size, const std::string& device) {
   if (c.data.train_batch_size % world_size != 0) {
     throw EngineryError("data.train_batch_size = " + std::to_string(c.data.train_batch_size) +
                             " does not divide over " + std::to_string(world_size) + " ranks",
@@ -30,13 +54,16 @@ void preflight_data(const TrainConfig& c, int64_t world_size) {
   }
   const TokenLimits limits = model_token_limits(c);
   auto train = open_dataset(c.data.train_files, "train", c.data.max_length, c.data.digits, c.data.train_size,
-                            static_cast<uint64_t>(c.data.seed), limits);
+                            static_cast<uint64_t>(c.data.seed), limits, jsonl_options(c, "train"));
   if (train->size() < c.data.train_batch_size) {
     throw EngineryError(train->describe() + " holds fewer examples than one batch", c.where("data.train_batch_size"));
   }
   if (!c.data.val_files.empty()) {
     open_dataset(c.data.val_files, "val", c.data.max_length, c.data.digits, c.data.val_size,
-                 static_cast<uint64_t>(c.data.seed), limits);
+                 static_cast<uint64_t>(c.data.seed), limits, jsonl_options(c, "val"));
+  }
+  if (c.is_grpo()) {
+    check_rollout_settings(c, *train, limits, device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU));
   }
 }
 

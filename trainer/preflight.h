@@ -8,10 +8,15 @@
 
 namespace enginery {
 
-void preflight_data(const TrainConfig& config, int64_t world_size);
+// `device`: where the ranks will run ("cpu", "cuda"), for GRPO's rollout.dtype.
+void preflight_data(const TrainConfig& config, int64_t world_size, const std::string& device);
 
 // The model's vocabulary size and max_position_embeddings (its config.json, or the built-in's), which every
 // dataset is checked against when opened.
 TokenLimits model_token_limits(const TrainConfig& config);
+
+// How .jsonl rows of `split` ("train", "val") are read under the config: the loss's per-token inputs (required in
+// training rows), the other losses' (refused with the reason), data.truncation and data.unknown_fields.
+JsonlOptions jsonl_options(const TrainConfig& config, const std::string& split);
 
 }  // namespace enginery

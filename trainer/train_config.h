@@ -46,7 +46,9 @@ struct DataSection {
   std::string train_files = "builtin:addition";  // builtin:addition | *.jsonl | *.bin (nanoGPT uint16 tokens)
   std::string val_files;  // "" -> builtin: its held-out split; files: no evaluation data
   int64_t train_batch_size = 256;  // global, over all data-parallel ranks
-  int64_t max_length = 1024;       // .bin window length; .jsonl rows are truncated to it
+  int64_t max_length = 1024;       // .bin window length; the longest .jsonl row (see truncation)
+  std::string truncation = "error";      // .jsonl rows longer than max_length: error | left | right (verl's knob)
+  std::string unknown_fields = "error";  // .jsonl fields outside the schema (README "Data files"): error | ignore
   int64_t seed = 1;
   bool shuffle = true;
   int64_t digits = 3;          // builtin:addition: operand width
@@ -78,10 +80,12 @@ struct AlgorithmSection {
 // local unsharded copy of the model on every rank, refreshed from the actor by its weight stream each step.
 struct RolloutSection {
   int64_t n = 1;                   // responses per prompt (the group size)
-  double temperature = 1.0;
+  // Checked as `enginery generate` checks its flags (models/generation_settings.h).
+  double temperature = 1.0;        // >= 0.01, finite
   double top_p = 1.0;              // (0, 1]; 1: off
-  int64_t top_k = -1;              // <= 0: off (verl's -1)
-  int64_t response_length = 512;   // new tokens at most (verl: data.max_response_length)
+  int64_t top_k = -1;              // -1 or 0: off (verl's -1); else >= 1
+  int64_t response_length = 512;   // new tokens at most (verl: data.max_response_length); prompt + this must fit
+                                   // max_position_embeddings
   c10::ScalarType dtype = c10::kBFloat16;  // the rollout copy's parameters (verl rollout.dtype)
 };
 

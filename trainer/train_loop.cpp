@@ -19,6 +19,7 @@
 #include "trainer/evaluator.h"
 #include "trainer/grpo/grpo_step.h"
 #include "trainer/grpo/progress.h"
+#include "trainer/grpo/rollout_settings.h"
 #include "trainer/grpo/step_plan.h"
 #include "trainer/losses.h"
 #include "trainer/metrics_log.h"
@@ -45,7 +46,8 @@ struct TrainInputs {
 // Data first: the step count it implies goes into the optimizer's config.
 TrainInputs open_train_inputs(TrainConfig& config, const RankEnv& env, const TokenLimits& limits) {
   auto train = open_dataset(config.data.train_files, "train", config.data.max_length, config.data.digits,
-                            config.data.train_size, static_cast<uint64_t>(config.data.seed), limits);
+                            config.data.train_size, static_cast<uint64_t>(config.data.seed), limits,
+                            jsonl_options(config, "train"));
   ShardedSampler sampler(train->size(), config.data.train_batch_size, env.rank, env.world_size,
                          static_cast<uint64_t>(config.data.seed), config.data.shuffle);
   const int64_t total = config.trainer.total_training_steps > 0
@@ -75,7 +77,8 @@ Evaluation open_evaluation(const TrainConfig& config, const TokenLimits& limits)
       eval.val_size = config.data.val_size;
     } else if (!config.data.val_files.empty()) {
       eval.files = open_dataset(config.data.val_files, "val", config.data.max_length, config.data.digits,
-                                config.data.val_size, static_cast<uint64_t>(config.data.seed), limits);
+                                config.data.val_size, static_cast<uint64_t>(config.data.seed), limits,
+                                jsonl_options(config, "val"));
     } else {
       eval.enabled = false;
     }
@@ -421,6 +424,8 @@ int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector
   const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::kCPU;
   const TokenLimits limits = model_token_limits(config);
   TrainInputs inputs = open_train_inputs(config, env, limits);
+  // Under torchrun or srun no launcher ran preflight: the rollout is checked here, before anything is allocated.
+  if (config.is_grpo()) check_rollout_settings(config, *inputs.train, limits, device);
   const Evaluation eval = open_evaluation(config, limits);
   RankEngine engine;
   build_engine(engine, config, env, device_name, plugin_path);

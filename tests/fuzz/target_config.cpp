@@ -41,7 +41,10 @@ const std::vector<std::string>& config_keys() {
       "[trainer]\n", "[model]\n", "[engine]\n", "[engine.mixed_precision]\n", "[engine.grad_scaler]\n",
       "[engine.fsdp]\n", "[optim]\n", "[data]\n", "[loss]\n", "[checkpoint]\n", "[plugins]\n", "strategy",
       "engine.", "trainer.", "optim.betas", "plugins.dirs", "param_dtype", "total_training_steps", "fsdp_size",
-      "save_contents", "clip_ratio_low", "\"a.b\"", "model.path"};
+      "save_contents", "clip_ratio_low", "\"a.b\"", "model.path", "[algorithm]\n", "[rollout]\n", "[actor]\n",
+      "[actor_rollout_ref.rollout]\n", "[actor_rollout_ref.actor]\n", "adv_estimator = \"grpo\"", "response_length",
+      "temperature", "top_p", "top_k", "rollout.dtype", "use_kl_loss", "kl_loss_coef", "truncation",
+      "unknown_fields", "tokenizer_path", "trust_remote_code", "cliprange_value"};
   return keys;
 }
 
@@ -79,9 +82,16 @@ Target config_overrides_target() {
         "trainer.total_training_steps=100",
         "optim.betas=[0.9, 0.95]\ndata.train_files=train.jsonl",
         "engine.mixed_precision.param_dtype=\"bf16\"\nengine.model_dtype=32",
-        "engine.strategy=fsdp2\nengine.fsdp2.option=1\nloss.clip_ratio_low=0.1",
+        "engine.strategy=fsdp2\nengine.fsdp2.option=1\nloss.type=ppo\nloss.clip_ratio_low=0.1",
         "plugins.dirs=[\"/opt/plugins\", \"plugins\"]\ncheckpoint.save_contents=[\"model\"]",
-        "trainer.experiment_name=run 1\nengine.grad_scaler.enabled=always"};
+        "trainer.experiment_name=run 1\nengine.grad_scaler.enabled=always",
+        "algorithm.adv_estimator=grpo\nactor.ppo_mini_batch_size=64\nrollout.response_length=4\nrollout.top_k=-1",
+        "algorithm.adv_estimator=grpo\nactor.ppo_mini_batch_size=64\nrollout.temperature=0.5\n"
+        "actor.use_kl_loss=true\nactor.kl_loss_coef=0.1",
+        "algorithm.adv_estimator=grpo\nactor_rollout_ref.actor.ppo_mini_batch_size=64\nactor_rollout_ref.rollout.n=4\n"
+        "actor_rollout_ref.actor.ppo_epochs=2\nalgorithm.norm_adv_by_std_in_grpo=false",
+        "data.train_files=d.jsonl\ndata.truncation=left\ndata.unknown_fields=ignore\nmodel.trust_remote_code=false\n"
+        "loss.type=value\nloss.cliprange_value=0.3"};
   };
   t.dictionary = config_keys();
   return t;

@@ -30,7 +30,8 @@ struct ScratchDir {
 
 const std::vector<Target>& all_targets() {
   static const std::vector<Target> targets = {config_target(), config_overrides_target(), manifest_target(),
-                                              safetensors_target(), checkpoint_target()};
+                                              safetensors_target(), checkpoint_target(),
+                                              data_jsonl_target()};
   return targets;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // The fuzz targets of enginery_fuzz, one per parser of untrusted input (the run config, plugin manifests,
-// safetensors headers, checkpoint metadata). A target's fuzz_one feeds one input to the real public entry point;
+// safetensors headers, checkpoint metadata, .jsonl training data). A target's fuzz_one feeds one input to the real public entry point;
 // docs/ARCHITECTURE.md, "Errors": bad input must end in EngineryError, so any other exception escaping it, a
 // broken invariant (thrown as Finding) or a crash is a finding.
 #include <filesystem>
@@ -37,6 +37,7 @@ Target config_overrides_target();
 Target manifest_target();
 Target safetensors_target();
 Target checkpoint_target();
+Target data_jsonl_target();
 
 // A directory of this process only (targets that parse files write their input there), removed at exit.
 const std::filesystem::path& scratch_dir();

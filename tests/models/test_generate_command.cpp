@@ -68,6 +68,18 @@ TEST(GenerateCommand, SamplingRepeatsForASeed) {
   EXPECT_NE(a["responses"], other["responses"]);
 }
 
+// -1 is top-k "off" as verl writes it, the same as 0; a tiny top-p keeps the most likely token (greedy).
+TEST(GenerateCommand, OffSpellingsOfTopKAndATinyTopPSample) {
+  testing::TempDir tmp;
+  const std::string prompts = "[[1, 2, 3], [9]]";
+  auto off = generate_json(tmp, prompts, "--top-k -1 --max-new-tokens 6 --seed 5");
+  auto zero = generate_json(tmp, prompts, "--top-k 0 --max-new-tokens 6 --seed 5");
+  EXPECT_EQ(off["responses"], zero["responses"]);
+  auto tiny = generate_json(tmp, prompts, "--top-p 1e-300 --max-new-tokens 6 --seed 5");
+  auto greedy = generate_json(tmp, prompts, "--greedy --max-new-tokens 6");
+  EXPECT_EQ(tiny["responses"], greedy["responses"]);
+}
+
 TEST(GenerateCommand, BadPromptsAndFlagsAreNamed) {
   testing::TempDir tmp;
   const auto prompts = tmp.sub("prompts.json");
@@ -84,9 +96,23 @@ TEST(GenerateCommand, BadPromptsAndFlagsAreNamed) {
   fails_with("[[1, 2], [3, 300]]", "", "0 .. 255");
   fails_with("{\"prompts\": []}", "", "a JSON list of lists of integer token ids");
   fails_with("[[1, 2]]", "--max-new-tokens 5000", "max_position_embeddings");
+  fails_with("[[1, 2], [1, 2, 3, 4]]", "--max-new-tokens 2045",
+             "--max-new-tokens: max-new-tokens = 2045 after a prompt of 4 tokens (" + prompts + ": [1])");
   fails_with("[[1, 2]]", "--eos-token-id 999", "--eos-token-id");
-  fails_with("[[1, 2]]", "--temperature 0", "--temperature: temperature 0");
-  fails_with("[[1, 2]]", "--top-p 0", "(allowed: (0, 1])");
+  // The sampling values, lengths and dtype through the check GRPO's rollout.* keys get
+  // (models/generation_settings.h): the same reasons, named by flag.
+  fails_with("[[1, 2]]", "--temperature 0",
+             "--temperature: temperature = 0 cannot be sampled from (logits / temperature overflows, softmax gives "
+             "NaN) (allowed: a finite number >= 0.01 (lower is the argmax: greedy decoding))");
+  fails_with("[[1, 2]]", "--temperature 1e-30", "--temperature: temperature = 1e-30 cannot be sampled from");
+  fails_with("[[1, 2]]", "--top-p 0", "--top-p: top-p = 0 keeps no token (allowed: (0, 1]; 1 = off)");
+  fails_with("[[1, 2]]", "--top-k -2", "--top-k: top-k = -2 is not a token count (allowed: -1 or 0 (off), or >= 1)");
+  fails_with("[[1, 2, 3]]", "--max-new-tokens 9223372036854775807",
+             "--max-new-tokens: max-new-tokens = 9223372036854775807 after a prompt of 3 tokens (" + prompts +
+                 ": [0]) exceeds max_position_embeddings = 2048 of --model builtin:qwen2-tiny (allowed: 1..2045)");
+  if (!torch::cuda::is_available()) {
+    fails_with("[[1, 2]]", "--device cuda", "--device: CUDA is not available");
+  }
   const auto missing = tmp.sub("missing.json");
   EXPECT_NE(run("--model builtin:qwen2-tiny --prompts '" + missing + "' --out '" + tmp.sub("o.json") + "'", tmp.sub("log")),
             0);

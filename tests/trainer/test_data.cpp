@@ -97,10 +97,14 @@ TEST(ShardedSampler, PositionIsTheStepSoResumingGivesTheSameData) {
 TEST(Datasets, JsonlRowsWithOptionalMaskAndPerTokenArrays) {
   const auto dir = temp_dir("jsonl");
   const std::string path = (dir / "d.jsonl").string();
-  std::ofstream(path) << R"({"input_ids": [5, 6, 7, 8], "loss_mask": [1, 0, 1, 1], "advantages": [0, 1, 2, 3]})" "\n"
+  std::ofstream(path) << R"({"input_ids": [5, 6, 7, 8], "loss_mask": [1, 0, 1, 1], "advantages": [0, 1, 2, 3], )"
+                         R"("old_log_probs": [0, -1, -1, -1]})" "\n"
                       << "\n"
-                      << R"({"input_ids": [9, 10, 11], "advantages": [1, 1, 1]})" "\n";
-  auto ds = open_dataset(path, "train", 1024, 3, 0, 1);
+                      << R"({"input_ids": [9, 10, 11], "advantages": [1, 1, 1], "old_log_probs": [-1, -1, -1]})" "\n";
+  JsonlOptions ppo;  // the per-token arrays loss.type = ppo reads
+  ppo.loss_inputs = {"old_log_probs", "advantages"};
+  ppo.loss_name = "loss.type = ppo";
+  auto ds = open_dataset(path, "train", 1024, 3, 0, 1, {}, ppo);
   ASSERT_EQ(ds->size(), 2);
   Example a = ds->get(0), b = ds->get(1);
   EXPECT_EQ(a.loss_mask, std::vector<float>({0, 0, 1, 1}));  // position 0 is never a target
@@ -113,8 +117,9 @@ TEST(Datasets, JsonlRowsWithOptionalMaskAndPerTokenArrays) {
   EXPECT_EQ(batch.at("loss_mask")[1][3].item<float>(), 0.0f);  // padding is not a target
   EXPECT_EQ(batch.at("advantages")[0][2].item<float>(), 2.0f);
 
-  auto truncated = open_dataset(path, "train", 2, 3, 0, 1);
-  EXPECT_EQ(truncated->get(0).input_ids.size(), 2u);
+  ppo.truncation = "right";  // data.truncation: cut to data.max_length only when asked
+  auto truncated = open_dataset(path, "train", 3, 3, 0, 1, {}, ppo);
+  EXPECT_EQ(truncated->get(0).input_ids, std::vector<int64_t>({5, 6, 7}));
 
   const std::string bad = (dir / "bad.jsonl").string();
   std::ofstream(bad) << R"({"input_ids": [1, 2]})" "\n" << R"({"input_ids": [1, 2], "loss_mask": [1]})" "\n";

@@ -14,7 +14,9 @@
 #include "trainer/grpo/grpo_loss.h"
 #include "trainer/grpo/kl.h"
 #include "trainer/grpo/rollout_data.h"
+#include "trainer/grpo/rollout_settings.h"
 #include "trainer/grpo/step_plan.h"
+#include "trainer/preflight.h"
 #include "trainer/train_config.h"
 
 namespace enginery {
@@ -357,9 +359,77 @@ TEST(GrpoConfig, BadKeysAndValuesAreRefusedByName) {
   EXPECT_NE(error_of(path, {"loss.type=ppo"}).find("loss.type = ppo is an offline objective"), std::string::npos);
   EXPECT_NE(error_of(path, {"data.train_files=x.jsonl"}).find("allowed: builtin:addition"), std::string::npos);
   EXPECT_NE(error_of(path, {"algorithm.adv_estimator=gae"}).find("allowed: none, grpo"), std::string::npos);
-  EXPECT_NE(error_of(path, {"rollout.temperature=0"}).find("rollout.temperature = 0 is out of range"),
+  EXPECT_NE(error_of(path, {"rollout.temperature=0"}).find("rollout.temperature = 0 cannot be sampled from"),
             std::string::npos);
   EXPECT_NE(error_of(path, {"actor.clip_ratio_c=1"}).find("actor.clip_ratio_c"), std::string::npos);
+}
+
+// The sampling values go through the check `enginery generate` makes (models/generation_settings.h), named by key
+// and where they were set, when the config is read.
+TEST(GrpoConfig, SamplingValuesThatCannotMakeADistributionAreRefusedByName) {
+  const auto path = write_config("sampling.toml", kGrpoConfig);
+  EXPECT_EQ(error_of(path, {"rollout.temperature=1e-300"}),
+            "--set rollout.temperature=1e-300: rollout.temperature = 1e-300 cannot be sampled from (logits / "
+            "temperature overflows, softmax gives NaN) (allowed: a finite number >= 0.01 (lower is the argmax: "
+            "greedy decoding))");
+  EXPECT_NE(error_of(path, {"rollout.temperature=0.001"}).find("rollout.temperature = 0.001 cannot be sampled"),
+            std::string::npos);
+  EXPECT_NE(error_of(path, {"rollout.temperature=inf"}).find("rollout.temperature = inf cannot be sampled from"),
+            std::string::npos);
+  EXPECT_EQ(error_of(path, {"actor_rollout_ref.rollout.top_p=0"}),
+            "--set actor_rollout_ref.rollout.top_p=0: rollout.top_p = 0 keeps no token (allowed: (0, 1]; 1 = off)");
+  EXPECT_EQ(error_of(path, {"rollout.top_k=-2"}),
+            "--set rollout.top_k=-2: rollout.top_k = -2 is not a token count (allowed: -1 or 0 (off), or >= 1)");
+  EXPECT_EQ(error_of(path, {"rollout.response_length=0"}),
+            "--set rollout.response_length=0: rollout.response_length = 0 new tokens (allowed: >= 1)");
+  for (const std::string ok : {"rollout.top_k=-1", "rollout.top_k=0", "rollout.top_k=5", "rollout.top_p=1e-300",
+                               "rollout.temperature=0.01"}) {
+    EXPECT_EQ(error_of(path, {ok}), "") << ok;
+  }
+  // The file's own position when the value is written there.
+  std::string text = kGrpoConfig;
+  text.replace(text.find("temperature = 0.7"), 17, "temperature = 0.0");
+  const std::string in_file = error_of(write_config("cold.toml", text));
+  EXPECT_NE(in_file.find("cold.toml:11:15: rollout.temperature = 0 cannot be sampled from"), std::string::npos)
+      << in_file;
+}
+
+// The lengths and rollout.dtype against the model and device, before launch (preflight) and on each rank before
+// the rollout copy is allocated: the same check as `enginery generate`'s prompts + --max-new-tokens.
+TEST(GrpoRolloutSettings, ResponseLengthBeyondThePositionsIsRefusedBeforeAllocating) {
+  const auto path = write_config("length.toml", kGrpoConfig);
+  auto check = [&](const std::vector<std::string>& overrides) {
+    const TrainConfig c = load_train_config(path, overrides);
+    const TokenLimits limits = model_token_limits(c);  // builtin:qwen2-tiny: 2048 positions
+    auto train = open_dataset(c.data.train_files, "train", c.data.max_length, c.data.digits, c.data.train_size,
+                              1, limits);
+    try {
+      check_rollout_settings(c, *train, limits, c10::Device(c10::kCPU));
+    } catch (const EngineryError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // 3-digit addition: the prompt "<bos> a + b =" is 9 tokens, leaving 2039.
+  EXPECT_EQ(check({"rollout.response_length=2039"}), "no error");
+  EXPECT_EQ(check({"rollout.response_length=2040"}),
+            "--set rollout.response_length=2040: rollout.response_length = 2040 after a prompt of 9 tokens "
+            "(builtin:addition (3 digits, 100000 training examples of 14 tokens)) exceeds max_position_embeddings = "
+            "2048 of model.path = builtin:qwen2-tiny (allowed: 1..2039)");
+  // Near INT64_MAX: compared without adding, so it cannot wrap around to a small length.
+  EXPECT_NE(check({"rollout.response_length=9223372036854775807"})
+                .find("rollout.response_length = 9223372036854775807 after a prompt of 9 tokens"),
+            std::string::npos);
+  if (!torch::cuda::is_available()) {
+    EXPECT_EQ(check({"rollout.dtype=fp32"}), "no error");
+    try {
+      models::check_dtype_on_device(c10::kBFloat16, c10::Device(c10::kCUDA, 0), "qwen2",
+                                    {"rollout.dtype", "x.toml:3:9"});
+      ADD_FAILURE() << "cuda accepted on a machine without it";
+    } catch (const EngineryError& e) {
+      EXPECT_EQ(std::string(e.what()), "x.toml:3:9: rollout.dtype = bf16: no CUDA device is available (allowed: cpu)");
+    }
+  }
 }
 
 TEST(GrpoStepPlan, SeedsDifferAcrossRanksAndStepsAndFollowTheDataSeed) {

@@ -106,6 +106,26 @@ TEST_F(GrpoEndToEnd, TwoRankRunIsDeterministicFromItsSeed) {
   }
 }
 
+// Rollout settings that cannot run stop `enginery train` before any rank starts (exit 2, nothing launched), named
+// as `enginery generate` names its flags' problems; an RL key under the SFT loss likewise.
+TEST_F(GrpoEndToEnd, RolloutSettingsThatCannotRunAreRefusedBeforeLaunch) {
+  CommandResult longer = run_train(grpo(dir_ / "long", "builtin:qwen2-tiny", 1) +
+                                   " --set actor_rollout_ref.rollout.response_length=100000");
+  EXPECT_EQ(longer.status, 2) << longer.output;
+  EXPECT_NE(longer.output.find("--set actor_rollout_ref.rollout.response_length=100000: rollout.response_length = "
+                               "100000 after a prompt of 5 tokens (builtin:addition (1 digits, 100000 training "
+                               "examples of 8 tokens)) exceeds max_position_embeddings = 2048 of model.path = "
+                               "builtin:qwen2-tiny (allowed: 1..2043)"),
+            std::string::npos)
+      << longer.output;
+  EXPECT_EQ(longer.output.find("launching"), std::string::npos) << longer.output;
+
+  CommandResult sft = run_train("--config " + example("demo.toml") + " --set actor_rollout_ref.rollout.n=4");
+  EXPECT_EQ(sft.status, 2) << sft.output;
+  EXPECT_NE(sft.output.find("rollout.n is read only by algorithm.adv_estimator = \"grpo\""), std::string::npos)
+      << sft.output;
+}
+
 // A short SFT warm-up on 1-digit addition leaves the policy right on some answer tokens; GRPO's reward (the
 // fraction of answer tokens in place) then rises. Measured once with a stand-in sampler (not models::generate):
 // 0.62 -> 0.65 over 16 steps at this lr; sizes are for CPU seconds, not tuned for a margin.

@@ -240,7 +240,9 @@ TEST_F(RunSafety, ASequenceLongerThanTheModelAcceptsIsRefusedUpFront) {
   EXPECT_NE(error_of([&] { open_dataset(jsonl.string(), "train", 1024, 3, 0, 1, tiny_limits()); })
                 .find(":1: a row of 40 tokens is longer than max_position_embeddings = 16"),
             std::string::npos);
-  EXPECT_NO_THROW(open_dataset(jsonl.string(), "train", 16, 3, 0, 1, tiny_limits()));  // cut to max_length: fits
+  JsonlOptions cut;
+  cut.truncation = "right";
+  EXPECT_NO_THROW(open_dataset(jsonl.string(), "train", 16, 3, 0, 1, tiny_limits(), cut));  // cut: fits
   EXPECT_NE(error_of([&] { open_dataset("builtin:addition", "train", 16, 9, 10, 1, tiny_limits()); })
                 .find("an example of 32 tokens is longer than max_position_embeddings = 16"),
             std::string::npos);

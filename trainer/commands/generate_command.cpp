@@ -1,5 +1,5 @@
 // `enginery generate --model DIR --prompts FILE --out FILE [--greedy | --temperature T --top-p P --top-k K]
-// [--max-new-tokens N --seed S --eos-token-id ID... --pad-token-id ID --batch-size B --dtype fp32|bf16
+// [--max-new-tokens N --seed S --eos-token-id ID... --pad-token-id ID --batch-size B --dtype fp32|bf16|fp16
 // --device cpu|cuda]`: continues token-id prompts with the KV-cache decoder (models/generation.h) and writes JSON
 // {"responses": [[...]], "lengths": [...], "stopped": [...]}: per prompt the generated ids up to and including the
 // stop token (no padding), their count, and whether a stop token ended it (else max-new-tokens did).
@@ -13,6 +13,7 @@
 #include "host_api/error.h"
 #include "models/causal_lm.h"
 #include "models/generation.h"
+#include "models/generation_settings.h"
 #include "models/model_factory.h"
 #include "support/durable_fs.h"
 #include "trainer/command.h"
@@ -65,19 +66,40 @@ void resolve_special_ids(GenerateArgs& a, const models::ModelArgs& args) {
   sp.stop_token_ids.assign(eos.begin() + (eos.empty() ? 0 : 1), eos.end());
 }
 
-// Every prompt non-empty and leaving room for max-new-tokens within max_position_embeddings.
-void check_prompts(const std::vector<std::vector<int64_t>>& prompts, const GenerateArgs& a, int64_t max_positions) {
+// The flags as the shared check (models/generation_settings.h) names them.
+models::GenerationSettingNames flag_names() {
+  return {{"temperature", "--temperature"}, {"top-p", "--top-p"}, {"top-k", "--top-k"},
+          {"max-new-tokens", "--max-new-tokens"}, {"dtype", "--dtype"}};
+}
+
+torch::Device device_of(const GenerateArgs& a) {
+  return a.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+}
+
+c10::ScalarType dtype_of(const GenerateArgs& a) {
+  if (a.dtype == "bf16") return c10::kBFloat16;
+  return a.dtype == "fp16" ? c10::kHalf : c10::kFloat;
+}
+
+// Every prompt non-empty; the longest leaves room for max-new-tokens within max_position_embeddings (the same
+// check as GRPO's rollout, models/generation_settings.h).
+void check_prompts(const std::vector<std::vector<int64_t>>& prompts, const GenerateArgs& a,
+                   const models::ModelArgs& args) {
+  models::GenerationTarget target;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string where = a.prompts + ": [" + std::to_string(i) + "]";
     if (prompts[i].empty()) throw EngineryError("an empty prompt", where, "at least one token id");
-    const int64_t total = static_cast<int64_t>(prompts[i].size()) + a.sampling.max_new_tokens;
-    if (max_positions > 0 && total > max_positions) {
-      throw EngineryError(std::to_string(prompts[i].size()) + " prompt tokens + --max-new-tokens " +
-                              std::to_string(a.sampling.max_new_tokens) + " exceed max_position_embeddings = " +
-                              std::to_string(max_positions),
-                          where);
+    if (static_cast<int64_t>(prompts[i].size()) > target.longest_prompt) {
+      target.longest_prompt = static_cast<int64_t>(prompts[i].size());
+      target.prompt_where = where;
     }
   }
+  target.max_positions = args.max_position_embeddings;
+  target.model = "--model " + a.model;
+  target.model_type = args.model_type;
+  target.dtype = dtype_of(a);
+  target.device = device_of(a);
+  models::check_generation_settings(a.sampling, target, flag_names());
 }
 
 // Prompts [begin, end) left-padded into one batch.
@@ -97,40 +119,31 @@ std::pair<torch::Tensor, torch::Tensor> left_pad(const std::vector<std::vector<i
   return {ids, mask};
 }
 
-// The numeric flags, named as the user typed them (generate() would name SamplingParams fields instead).
+// The flags, before any model is built: the sampling values through the shared check (models/generation_settings.h),
+// named as the user typed them. The lengths and the dtype on the device follow once prompts and model are known.
 void check_flags(const GenerateArgs& a) {
-  const auto& sp = a.sampling;
-  if (!(sp.temperature > 0.0) || !std::isfinite(sp.temperature)) {
-    throw EngineryError("temperature " + std::to_string(sp.temperature), "--temperature", "a finite number > 0");
-  }
-  if (!(sp.top_p > 0.0 && sp.top_p <= 1.0)) {
-    throw EngineryError("top-p " + std::to_string(sp.top_p), "--top-p", "(0, 1]");
-  }
-  if (sp.top_k < 0) throw EngineryError("top-k " + std::to_string(sp.top_k), "--top-k", "0 (off) or >= 1");
-  if (sp.max_new_tokens < 1) {
-    throw EngineryError(std::to_string(sp.max_new_tokens) + " new tokens", "--max-new-tokens", ">= 1");
-  }
   if (a.batch_size < 1) {
     throw EngineryError(std::to_string(a.batch_size) + " prompts per batch", "--batch-size", ">= 1");
   }
   if (a.device == "cuda" && !torch::cuda::is_available()) {
     throw EngineryError("CUDA is not available in this build or on this machine", "--device", "cpu");
   }
+  models::check_sampling_values(a.sampling, flag_names());
 }
 
 int run_generate(GenerateArgs a) {
   check_flags(a);
   require_regular_file(a.prompts, "a JSON file of token-id lists");  // before the model is built: fails fast
-  const torch::Device device = a.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  const torch::Device device = device_of(a);
   ModelConfig cfg;
   cfg.path = a.model;
-  cfg.override_dtype = a.dtype == "bf16" ? c10::kBFloat16 : c10::kFloat;
+  cfg.override_dtype = dtype_of(a);
   auto model = std::dynamic_pointer_cast<models::CausalLM>(models::build_model(cfg, "language_model", {device}));
   model->eval();
   const auto& args = model->args();
   resolve_special_ids(a, args);
   const auto prompts = read_token_lists(a.prompts, args.vocab_size, args.max_position_embeddings);
-  check_prompts(prompts, a, args.max_position_embeddings);
+  check_prompts(prompts, a, args);
 
   nlohmann::json responses = nlohmann::json::array(), lengths = nlohmann::json::array(),
                  stopped = nlohmann::json::array();
@@ -172,16 +185,17 @@ CommandRegistration generate_registration(
                      "JSON file to write: {\"responses\": [[...]], \"lengths\": [...], \"stopped\": [...]}")
           ->required();
       sub.add_flag("--greedy", sp.greedy, "Argmax decoding (temperature, top-p, top-k ignored)");
-      sub.add_option("--temperature", sp.temperature, "Sampling temperature, > 0 (default 1)");
+      sub.add_option("--temperature", sp.temperature, "Sampling temperature, >= 0.01 (default 1)");
       sub.add_option("--top-p", sp.top_p, "Nucleus sampling mass in (0, 1]; 1 = off (default)");
-      sub.add_option("--top-k", sp.top_k, "Sample among the k most likely tokens; 0 = off (default)");
+      sub.add_option("--top-k", sp.top_k, "Sample among the k most likely tokens; 0 or -1 = off (default 0)");
       sub.add_option("--max-new-tokens", sp.max_new_tokens, "Tokens to generate at most per prompt (default 16)");
       sub.add_option("--seed", sp.seed, "Sampling seed (default 0); batch i uses seed + i");
       sub.add_option("--eos-token-id", a->eos,
                      "Stop token id(s) (repeatable); default: config.json's eos_token_id, none if absent");
       sub.add_option("--pad-token-id", a->pad, "Id written after a stop; default: config.json's pad_token_id, else 0");
       sub.add_option("--batch-size", a->batch_size, "Prompts decoded together (default 64)");
-      sub.add_option("--dtype", a->dtype, "Parameter dtype: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+      sub.add_option("--dtype", a->dtype, "Parameter dtype: fp32, bf16 or fp16 (where the device computes in it)")
+          ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
       sub.add_option("--device", a->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
       return [a] { return run_generate(*a); };
     });

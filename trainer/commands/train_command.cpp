@@ -70,7 +70,7 @@ int run_train(const TrainOptions& o) {
   const std::string device = resolve_device(config);
   try {
     if (o.nproc < 1) throw EngineryError("must be at least 1, got " + std::to_string(o.nproc), "--nproc");
-    preflight_data(config, o.nproc);
+    preflight_data(config, o.nproc, device);
     kernels::enabled_kernels_summary();  // a bad ENGINERY_CUDA_KERNELS stops here, before any rank starts
     EngineRegistry registry;
     const PluginLoadReport report = load_plugins(registry, plugin_path, &std::cerr);

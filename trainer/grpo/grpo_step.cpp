@@ -8,6 +8,7 @@
 #include "trainer/collectives.h"
 #include "trainer/grpo/advantages.h"
 #include "trainer/grpo/rollout_data.h"
+#include "trainer/grpo/rollout_settings.h"
 
 namespace enginery {
 namespace grpo {
@@ -70,11 +71,7 @@ GrpoStep::Rollout GrpoStep::sample(int64_t step, const std::vector<Example>& exa
   for (const Example& e : examples) prompts.push_back(prompt_of(e, config_.data.train_files));
   const int64_t n = config_.rollout.n;
   const PromptBatch prompt_batch = repeat_prompts(prompts, n, AdditionTask::kPad);
-  models::SamplingParams params;
-  params.max_new_tokens = config_.rollout.response_length;
-  params.temperature = config_.rollout.temperature;
-  params.top_p = config_.rollout.top_p;
-  params.top_k = std::max<int64_t>(0, config_.rollout.top_k);
+  models::SamplingParams params = rollout_sampling_params(config_);
   params.eos_token_id = AdditionTask::kEos;
   params.pad_token_id = AdditionTask::kPad;
   params.seed = rollout_seed(config_.data.seed, rank_, step);
