@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "launch/rendezvous.h"
 #include "launch/world_group.h"
 #include "registry/plugin_loader.h"
 #include "support/torch_compat.h"
@@ -43,7 +44,7 @@ Rank join_world(const std::string& device) {
   r.store = r.env.world_size == 1
                 ? make_file_store((std::filesystem::temp_directory_path() /
                                    ("enginery-bench-store-" + std::to_string(getpid()))).string(), 1)
-                : make_tcp_store(r.env);
+                : join_rendezvous(r.env);
   if (device == "cuda") {
     compat::cuda_set_device(r.env.local_rank);
     r.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r.env.local_rank));

@@ -44,6 +44,9 @@ endif()
 add_library(enginery_torch INTERFACE)
 target_link_libraries(enginery_torch INTERFACE ${TORCH_LIBRARIES})
 target_compile_options(enginery_torch INTERFACE ${TORCH_CXX_FLAGS})
+# LibTorch's headers need C++17, and TorchConfig.cmake sets CXX_STANDARD on its own target only (not a usage
+# requirement), so the requirement is exported here: every consumer of enginery::torch compiles as C++17 or newer.
+target_compile_features(enginery_torch INTERFACE cxx_std_17)
 # PyTorch 2.x wheels export some std::filesystem symbols from libtorch.so (remove_all among them) that crash when
 # called from our code; libstdc++ first in DT_NEEDED makes the dynamic linker bind them to the real library.
 target_link_options(enginery_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")

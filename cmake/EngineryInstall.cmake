@@ -4,11 +4,15 @@
 #   find_package(enginery 0.1 REQUIRED)
 #   enginery_add_plugin(my_plugin SOURCES my_engine.cpp MANIFEST plugin.toml.in)
 #
-# Installed: include/enginery/{host_api,support,launch,registry,models}/*.h,
-# lib/libenginery_{host_api,support,launch,registry,models}.so,
+# Installed: include/enginery/{host_api,support,launch,registry,models,kernels}/*.h,
+# lib/libenginery_{host_api,support,launch,registry,models,kernels}.so,
 # lib/cmake/enginery/{engineryConfig,engineryConfigVersion,engineryTargets,EngineryPlugin,
-# EngineryRenderManifest}.cmake. Imported targets: enginery::torch (LibTorch as this build used it),
-# enginery::host_api (the contract), enginery::support, enginery::launch, enginery::registry, enginery::models.
+# EngineryRenderManifest}.cmake, and the SDK's documents in share/doc/enginery/: PLUGIN_GUIDE.md (with the 1.x ->
+# 2.x migration), CONFORMANCE.md (conformance/README.md) and examples/plugin/ (the example plugin's sources, which
+# build from there). Imported targets: enginery::torch (LibTorch as this build used it, C++17 as a usage
+# requirement), enginery::host_api (the contract), enginery::support, enginery::launch, enginery::registry,
+# enginery::models, enginery::kernels (which models links). The fsdp plugin's headers are not installed: its
+# classes are private (docs/PLUGIN_GUIDE.md).
 include(CMakePackageConfigHelpers)
 
 set(ENGINERY_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/enginery)
@@ -21,6 +25,8 @@ set_target_properties(enginery_support PROPERTIES EXPORT_NAME support)
 if(TARGET enginery_models)
   set_target_properties(enginery_models PROPERTIES EXPORT_NAME models)
 endif()
+# The CUDA kernels' wrappers (kernels/fused_cuda.h): exported because enginery::models links them.
+set_target_properties(enginery_kernels PROPERTIES EXPORT_NAME kernels)
 # enginery_host_api links it publicly, so it travels with the export.
 install(TARGETS enginery_torch EXPORT engineryTargets)
 
@@ -38,3 +44,15 @@ install(FILES
     ${CMAKE_CURRENT_LIST_DIR}/EngineryPlugin.cmake
     ${CMAKE_CURRENT_LIST_DIR}/EngineryRenderManifest.cmake
   DESTINATION ${ENGINERY_CMAKE_INSTALL_DIR})
+
+# What a third party reads next to the headers (docs/PLUGIN_GUIDE.md, "What the install holds").
+install(FILES ${PROJECT_SOURCE_DIR}/docs/PLUGIN_GUIDE.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/conformance/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME CONFORMANCE.md)
+install(FILES
+    ${PROJECT_SOURCE_DIR}/examples/plugin/CMakeLists.txt
+    ${PROJECT_SOURCE_DIR}/examples/plugin/README.md
+    ${PROJECT_SOURCE_DIR}/examples/plugin/ddp_engine.cpp
+    ${PROJECT_SOURCE_DIR}/examples/plugin/ddp_engine.h
+    ${PROJECT_SOURCE_DIR}/examples/plugin/plugin.cpp
+    ${PROJECT_SOURCE_DIR}/examples/plugin/plugin.toml.in
+  DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/plugin)

@@ -95,7 +95,7 @@ std::string device_skip(const std::string& device) {
 // Plugins are never unloaded and engines keep their libraries alive: the registry lives until exit.
 EngineRegistry* load_registry(const SuiteOptions& options, PluginLoadReport& load) {
   auto* registry = new EngineRegistry();
-  PluginLoader loader({{std::filesystem::absolute(options.plugin_dir), "--plugin-dir", true}});
+  PluginLoader loader({{std::filesystem::absolute(options.plugin_dir), "--plugin-dir", true, /*required=*/true}});
   load = loader.load(*registry);
   std::cout << "conformance: plugin dir " << options.plugin_dir.string() << "\n";
   for (const LoadedPlugin& plugin : load.loaded) {
@@ -205,6 +205,10 @@ int run_suite(const SuiteOptions& options) {
   }
   PluginLoadReport load;
   EngineRegistry* registry = load_registry(options, load);
+  if (!load.unusable_dirs.empty()) {  // a typo'd or empty directory is an error naming it, not "no engine matches"
+    std::cerr << "conformance: error: " << load.unusable_dirs.front().message << std::endl;
+    return 2;
+  }
   const std::vector<Target>* targets = select_targets(options, registry);
   if (targets->empty()) return 1;
   if (options.list_only) {

@@ -1,27 +1,12 @@
 #include "launch/world_group.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 namespace enginery {
-
-c10::intrusive_ptr<c10d::Store> make_tcp_store(const RankEnv& env, std::chrono::milliseconds rendezvous_timeout,
-                                               std::chrono::milliseconds op_timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(env.master_port);
-  options.isServer = env.rank == 0;
-  options.numWorkers = static_cast<std::size_t>(env.world_size);
-  options.waitWorkers = true;
-  options.timeout = rendezvous_timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-  // Ranks start seconds apart (data, plugins), so the rendezvous keeps its own, longer wait.
-  if (op_timeout.count() > 0) store->setTimeout(op_timeout);
-  return store;
-}
 
 c10::intrusive_ptr<c10d::Store> make_file_store(const std::string& path, int64_t world_size) {
   return c10::make_intrusive<c10d::FileStore>(path, static_cast<int>(world_size));

@@ -44,7 +44,23 @@ std::string join(const std::vector<std::string>& parts) {
 struct Candidate {
   fs::path manifest;
   std::string search_source;
+  std::vector<size_t> dirs;  // indices into the search path of every directory that reached this manifest
 };
+
+// "--plugin-dir /x" or "plugins.dirs (run.toml:3:8) /x": how the user named the directory.
+std::string named(const PluginSearchDir& dir) { return dir.source + " " + dir.path.string(); }
+
+// Why a required directory gave no plugin: what it held and why each was turned away.
+std::string nothing_loaded_from(const PluginSearchDir& dir, const std::vector<RejectedPlugin>& rejected_here) {
+  if (rejected_here.empty()) {
+    return named(dir) + " holds no plugin (no " + std::string(kManifestFileName) +
+           " in it or in any directory directly below it)";
+  }
+  std::string what = named(dir) + " holds no plugin that loads:";
+  for (const auto& r : rejected_here) what += " " + r.path.string() + ": " + r.reason + ";";
+  what.pop_back();
+  return what;
+}
 
 // The plugin directories under one search directory, in a stable (sorted) order.
 std::vector<fs::path> plugin_dirs_in(const fs::path& dir) {
@@ -206,29 +222,47 @@ PluginLoadReport PluginLoader::load(EngineRegistry& registry) const {
 
   // Find every manifest; the same plugin directory reached twice is loaded once.
   std::vector<Candidate> candidates;
-  std::set<fs::path> seen;
-  for (const auto& dir : search_path_) {
+  std::map<fs::path, size_t> seen;  // a manifest's identity -> its index in candidates
+  std::vector<bool> unusable(search_path_.size(), false);
+  for (size_t d = 0; d < search_path_.size(); ++d) {
+    const PluginSearchDir& dir = search_path_[d];
     std::error_code ec;
     if (!fs::exists(dir.path, ec)) {
-      if (dir.must_exist) {
+      if (dir.required) {
+        report.unusable_dirs.push_back({dir, named(dir) + " does not exist"});
+        unusable[d] = true;
+      } else if (dir.must_exist) {
         report.rejected.push_back({dir.path, "", "plugin directory does not exist (from " + dir.source + ")"});
       }
       continue;
     }
     if (!fs::is_directory(dir.path, ec)) {
-      report.rejected.push_back({dir.path, "", "not a directory (from " + dir.source + ")"});
+      if (dir.required) {
+        report.unusable_dirs.push_back({dir, named(dir) + " is not a directory"});
+        unusable[d] = true;
+      } else {
+        report.rejected.push_back({dir.path, "", "not a directory (from " + dir.source + ")"});
+      }
       continue;
     }
     for (const auto& plugin_dir : plugin_dirs_in(dir.path)) {
       fs::path manifest = fs::absolute(plugin_dir / kManifestFileName).lexically_normal();
       fs::path identity = fs::weakly_canonical(manifest, ec);
-      if (seen.insert(ec ? manifest : identity).second) candidates.push_back({manifest, dir.source});
+      auto [it, inserted] = seen.emplace(ec ? manifest : identity, candidates.size());
+      if (inserted) candidates.push_back({manifest, dir.source, {}});
+      candidates[it->second].dirs.push_back(d);
     }
   }
 
   // Read every manifest before any library is opened.
   std::vector<PluginManifest> manifests;
+  std::vector<const Candidate*> manifest_candidates;  // parallel to manifests
+  std::vector<std::vector<RejectedPlugin>> rejected_in(search_path_.size());
   std::map<std::string, fs::path> names;
+  auto reject = [&](const Candidate& candidate, RejectedPlugin r) {
+    for (size_t d : candidate.dirs) rejected_in[d].push_back(r);
+    report.rejected.push_back(std::move(r));
+  };
   for (const auto& candidate : candidates) {
     try {
       check_trusted_directory_chain(candidate.manifest.parent_path(), "plugin directory");
@@ -240,19 +274,36 @@ PluginLoadReport PluginLoader::load(EngineRegistry& registry) const {
                             manifest.file.string(), "one plugin per name");
       }
       manifests.push_back(std::move(manifest));
+      manifest_candidates.push_back(&candidate);
     } catch (const std::exception& e) {
-      report.rejected.push_back({candidate.manifest, "", e.what()});
+      reject(candidate, {candidate.manifest, "", e.what()});
     }
   }
 
-  for (const auto& manifest : manifests) {
+  std::vector<size_t> loaded_from(search_path_.size(), 0);
+  for (size_t m = 0; m < manifests.size(); ++m) {
     try {
-      report.loaded.push_back(load_one(manifest, registry));
+      report.loaded.push_back(load_one(manifests[m], registry));
+      for (size_t d : manifest_candidates[m]->dirs) ++loaded_from[d];
     } catch (const std::exception& e) {
-      report.rejected.push_back({manifest.file, manifest.name, e.what()});
+      reject(*manifest_candidates[m], {manifests[m].file, manifests[m].name, e.what()});
+    }
+  }
+  for (size_t d = 0; d < search_path_.size(); ++d) {
+    if (search_path_[d].required && !unusable[d] && loaded_from[d] == 0) {
+      report.unusable_dirs.push_back({search_path_[d], nothing_loaded_from(search_path_[d], rejected_in[d])});
     }
   }
   return report;
+}
+
+void check_required_dirs(const PluginLoadReport& report) {
+  if (report.unusable_dirs.empty()) return;
+  std::string what = report.unusable_dirs.front().message;
+  for (size_t i = 1; i < report.unusable_dirs.size(); ++i) what += "; and " + report.unusable_dirs[i].message;
+  throw EngineryError(what, "",
+                      "an existing directory holding a plugin (<dir>/" + std::string(kManifestFileName) +
+                          " or <dir>/<plugin>/" + std::string(kManifestFileName) + ") that loads");
 }
 
 }  // namespace enginery

@@ -27,6 +27,9 @@ struct PluginSearchDir {
   std::filesystem::path path;
   std::string source;       // "--plugin-dir", "config", "ENGINERY_PLUGIN_PATH", "install default", ...
   bool must_exist = true;   // a missing directory is reported as a rejection unless false
+  // Named by the user (--plugin-dir, plugins.dirs): it must exist and at least one plugin found through it must
+  // load, else the report's unusable_dirs says why; the caller fails, never goes on with the rest of the path.
+  bool required = false;
 };
 
 struct LoadedPlugin {
@@ -41,12 +44,25 @@ struct RejectedPlugin {
   std::string reason;
 };
 
+// A required search directory that gave nothing: `message` names it and its source ("--plugin-dir /typo does not
+// exist", "... holds no plugin that loads: ...").
+struct UnusableDir {
+  PluginSearchDir dir;
+  std::string message;
+};
+
 struct PluginLoadReport {
   std::vector<PluginSearchDir> searched;
   std::vector<LoadedPlugin> loaded;
   std::vector<RejectedPlugin> rejected;
-  bool ok() const { return rejected.empty(); }
+  std::vector<UnusableDir> unusable_dirs;
+  bool ok() const { return rejected.empty() && unusable_dirs.empty(); }
 };
+
+// Throws EngineryError naming the first unusable required directory and its source (with the others, if any), so
+// an explicit directory that gave nothing stops the command instead of leaving the rest of the search path (say
+// ENGINERY_PLUGIN_PATH) to stand in for it.
+void check_required_dirs(const PluginLoadReport& report);
 
 class PluginLoader {
  public:

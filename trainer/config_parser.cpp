@@ -455,7 +455,9 @@ void check_values(const TrainConfig& c) {
   check_positive(c, c.trainer.log_freq, "trainer.log_freq");
   check_positive(c, c.trainer.total_epochs, "trainer.total_epochs");
   check_range(c, c.trainer.collective_timeout_s, "trainer.collective_timeout_s", kMinCollectiveTimeoutS,
-              kMaxCollectiveTimeoutS, false, "seconds, 0.1..1e6 (default 1800)");
+              kMaxCollectiveTimeoutS, false, "seconds, 0.1..1e6 (default 600)");
+  check_range(c, c.trainer.rendezvous_timeout_s, "trainer.rendezvous_timeout_s", kMinCollectiveTimeoutS,
+              kMaxCollectiveTimeoutS, false, "seconds, 0.1..1e6 (default 300)");
   if (c.trainer.total_training_steps < 0) {
     throw EngineryError("trainer.total_training_steps must be >= 0", c.where("trainer.total_training_steps"), "0 (from total_epochs) or a step count");
   }

@@ -19,6 +19,7 @@ void visit_trainer(ConfigVisitor& v, TrainConfig& c) {
   v.choice("trainer.resume_mode", t.resume_mode, {"disable", "auto"});
   v.field("trainer.max_ckpt_to_keep", t.max_ckpt_to_keep);
   v.field("trainer.collective_timeout_s", t.collective_timeout_s);
+  v.field("trainer.rendezvous_timeout_s", t.rendezvous_timeout_s);
 
   v.field("plugins.dirs", c.plugins.dirs);
 }

@@ -7,21 +7,28 @@
 
 namespace enginery {
 
-std::vector<PluginSearchDir> plugin_search_path(const TrainConfig& config, const std::vector<std::string>& fallback_dirs,
-                                                const std::string& install_default) {
+std::vector<PluginSearchDir> plugin_search_path(const TrainConfig& config, const std::vector<std::string>& cli_dirs,
+                                                const std::string& build_tree_dir, const std::string& install_default) {
   std::vector<std::filesystem::path> dirs;
-  std::string source = "config plugins.dirs";
-  if (!config.plugins.dirs.empty()) {
-    for (const auto& d : config.plugins.dirs) dirs.emplace_back(d);
+  std::string source;
+  if (!cli_dirs.empty()) {
+    dirs.assign(cli_dirs.begin(), cli_dirs.end());
+    source = "--plugin-dir";
+  } else if (!config.plugins.dirs.empty()) {
+    dirs.assign(config.plugins.dirs.begin(), config.plugins.dirs.end());
+    source = "plugins.dirs (" + config.where("plugins.dirs") + ")";
   } else {
-    for (const auto& d : fallback_dirs) dirs.emplace_back(d);
+    dirs.emplace_back(build_tree_dir);
     source = "build tree";
   }
   auto path = PluginLoader::search_path(dirs, source, std::getenv(kPluginPathEnv), install_default);
-  // The build-tree fallback is a guess: quietly absent in an installed copy.
-  if (config.plugins.dirs.empty()) {
-    for (auto& dir : path) {
-      if (dir.source == source) dir.must_exist = false;
+  for (auto& dir : path) {
+    if (dir.source != source) continue;
+    // The build-tree default is a guess, quietly absent in an installed copy; a directory the user named is not.
+    if (source == "build tree") {
+      dir.must_exist = false;
+    } else {
+      dir.required = true;
     }
   }
   return path;
@@ -50,6 +57,7 @@ PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<Plugin
            << rejected.path.string() << " skipped: " << rejected.reason << "\n";
     }
   }
+  check_required_dirs(report);
   return report;
 }
 

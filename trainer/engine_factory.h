@@ -13,10 +13,12 @@
 
 namespace enginery {
 
-// plugins.dirs from the config when given (source "config"), else `fallback_dirs` (the build tree's plugins/
-// beside bin/), then ENGINERY_PLUGIN_PATH, then `install_default`.
-std::vector<PluginSearchDir> plugin_search_path(const TrainConfig& config, const std::vector<std::string>& fallback_dirs,
-                                                const std::string& install_default);
+// The directories the user named, which must each exist and yield a plugin that loads (PluginSearchDir::required):
+// `cli_dirs` (--plugin-dir) when given, which win over the config as --set does, else plugins.dirs from the config;
+// when neither names one, `build_tree_dir` (plugins/ beside bin/), quietly skipped when absent. Then
+// ENGINERY_PLUGIN_PATH, then `install_default`.
+std::vector<PluginSearchDir> plugin_search_path(const TrainConfig& config, const std::vector<std::string>& cli_dirs,
+                                                const std::string& build_tree_dir, const std::string& install_default);
 
 // Where this executable's own installation keeps its plugins, found from the executable's path
 // (<prefix>/bin/enginery -> <prefix>/lib/enginery/plugins), so a copy installed with any --prefix finds them.
@@ -30,7 +32,8 @@ std::string resolve_device(const TrainConfig& config);
 // The sections of a run's configuration an engine reads (model, engine, optim, checkpoint), copied into its args.
 void set_engine_settings(EngineArgs& args, const TrainConfig& config);
 
-// Loads every plugin into `registry`; a rejected plugin is reported on `log` (when non-null).
+// Loads every plugin into `registry`; a rejected plugin is reported on `log` (when non-null). A required directory
+// (plugin_search_path) that gave nothing throws EngineryError naming it (check_required_dirs).
 PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<PluginSearchDir>& search_path,
                               std::ostream* log);
 

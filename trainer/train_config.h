@@ -30,9 +30,13 @@ struct TrainerSection {
   std::string device = "auto";     // auto | cpu | cuda
   std::string resume_mode = "disable";  // disable | auto
   int64_t max_ckpt_to_keep = -1;   // -1: keep all
-  // Seconds a rank waits in one collective (and the rendezvous store) before failing with the collective's name,
-  // instead of hanging on a stopped or lost peer. 1800 is torch's default for Gloo; not a verl key.
-  double collective_timeout_s = 1800.0;
+  // Seconds a rank waits in one collective (and in the store after the rendezvous) before failing with the
+  // collective's name, instead of hanging on a stopped or lost peer. 600 is torch's NCCL default (its Gloo default,
+  // 1800, left a stopped rank unreported for half an hour); not a verl key.
+  double collective_timeout_s = 600.0;
+  // Seconds the rendezvous may take: connecting to rank 0's store and every rank checking in (launch/rendezvous.h).
+  // 300 is c10d's TCPStore default, which torchrun's rendezvous also uses; ranks start seconds apart. Not a verl key.
+  double rendezvous_timeout_s = 300.0;
 };
 
 struct PluginsSection {

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "host_api/error.h"
+#include "launch/rendezvous.h"
 #include "launch/world_group.h"
 #include "support/durable_fs.h"
 #include "trainer/checkpoint_state.h"
@@ -103,8 +104,16 @@ void build_engine(RankEngine& out, const TrainConfig& config, const RankEnv& env
   const PluginLoadReport report = load_plugins(out.registry, plugin_path, lead ? &std::cerr : nullptr);
   check_engine_available(out.registry, report, config, device_name, env.world_size);
   const auto timeout = collective_timeout(config.trainer.collective_timeout_s);
-  out.store = make_tcp_store(env, std::chrono::minutes(5), timeout);
-  out.group = make_world_group(out.store, env.rank, env.world_size, device_name, timeout);
+  RendezvousOptions rendezvous;
+  rendezvous.timeout = collective_timeout(config.trainer.rendezvous_timeout_s);
+  rendezvous.op_timeout = timeout;
+  rendezvous.setting = "trainer.rendezvous_timeout_s";
+  out.store = join_rendezvous(env, rendezvous);
+  // Every rank has checked in; a peer lost between here and the group's own handshake is bounded like a collective.
+  out.group = guard_collective("creating the " + std::string(world_group_backend(device_name)) + " world group",
+                               env.rank, [&] {
+                                 return make_world_group(out.store, env.rank, env.world_size, device_name, timeout);
+                               });
   EngineArgs args;
   args.device = device_name;
   args.rank = env.rank;

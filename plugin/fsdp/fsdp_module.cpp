@@ -17,8 +17,18 @@ c10::intrusive_ptr<compat::CommGroup> make_subgroup(const EngineArgs& args, cons
                                                                                    std::to_string(args.rank));
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, args.store);
-  return args.device == "cuda" ? compat::make_nccl_group(store, rank, size)
-                               : compat::make_gloo_group(store, rank, size);
+  // The subgroups wait as long as the host's world group does (trainer.collective_timeout_s), never the backend's
+  // own default (Gloo's is half an hour): EngineArgs carries no timeout, the world group's options do.
+  std::chrono::milliseconds timeout{0};
+  if (args.world_group) {
+    try {
+      timeout = args.world_group->getBackendOptions()->timeout;
+    } catch (const std::exception&) {
+      // A group type without options keeps the backend's default.
+    }
+  }
+  return args.device == "cuda" ? compat::make_nccl_group(store, rank, size, timeout)
+                               : compat::make_gloo_group(store, rank, size, timeout);
 }
 
 }  // namespace

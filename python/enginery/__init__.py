@@ -70,7 +70,8 @@ def load_plugins(dirs=()):
     """Loads the plugins found in `dirs` (a path or a list; each a plugin folder or a folder of them), then in
     ENGINERY_PLUGIN_PATH, then the package's own (bundled_plugin_dir()). A folder already searched in this process
     is skipped. Returns the names of the plugins loaded; a plugin that fails a check is skipped with a
-    RuntimeWarning saying why."""
+    RuntimeWarning saying why. A folder of `dirs` that does not exist, or from which no plugin loads, raises
+    EngineryError naming it (the other folders' plugins are loaded all the same)."""
     if isinstance(dirs, (str, bytes, os.PathLike)):
         dirs = [dirs]
     report = _enginery._load_plugins([os.fsdecode(d) for d in dirs], bundled_plugin_dir())

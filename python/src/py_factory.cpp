@@ -101,12 +101,15 @@ py::dict load_plugins(const std::vector<std::string>& dirs, const std::string& b
     const std::string name = (ec ? dir.path : canonical).string();
     if (searched.count(name) == 0 && std::find(names.begin(), names.end(), name) == names.end()) {
       names.push_back(name);
+      // A folder the caller named must exist and hold a plugin that loads (as --plugin-dir): an error naming it.
+      dir.required = dir.source == "load_plugins";
       path.push_back(std::move(dir));
     }
   }
   // Remembered once searched: a load that throws leaves them to be searched again.
   const PluginLoadReport report = PluginLoader(std::move(path)).load(registry());
   searched.insert(names.begin(), names.end());
+  check_required_dirs(report);
   py::list loaded;
   for (const auto& plugin : report.loaded) loaded.append(plugin.manifest.name);
   py::list rejected;

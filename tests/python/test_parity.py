@@ -3,6 +3,8 @@ after 3 steps on the same batch."""
 import os
 import subprocess
 
+import pytest
+
 import enginery
 
 import common
@@ -68,6 +70,14 @@ def test_plugins_lists_the_fsdp_engine():
     assert ("language_model", "fsdp", "cpu") in keys
     assert all(e["plugin"] for e in engines)
     assert enginery.load_plugins(common.PLUGIN_DIR) == []  # searched already: nothing loads twice
+
+
+def test_load_plugins_refuses_a_folder_that_does_not_exist_or_holds_none(tmp_path):
+    missing = tmp_path / "no_such_dir"
+    with pytest.raises(enginery.EngineryError, match=f"load_plugins {missing} does not exist"):
+        enginery.load_plugins(missing)
+    with pytest.raises(enginery.EngineryError, match=f"load_plugins {tmp_path} holds no plugin"):
+        enginery.load_plugins(tmp_path)
 
 
 def test_data_parallel_rank_and_size_alone():

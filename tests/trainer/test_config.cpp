@@ -121,10 +121,13 @@ TEST(TrainConfig, ValuesOutOfRangeAreRefused) {
       {"engine.grad_scaler.backoff_factor=1.5", "engine.grad_scaler.backoff_factor = 1.5 is out of range"},
       {"engine.max_token_len_per_gpu=0", "engine.max_token_len_per_gpu must be positive"},
       {"trainer.collective_timeout_s=0", "trainer.collective_timeout_s = 0 is out of range (allowed: seconds, "
-                                         "0.1..1e6 (default 1800))"},
+                                         "0.1..1e6 (default 600))"},
       {"trainer.collective_timeout_s=-5", "trainer.collective_timeout_s = -5 is out of range"},
       {"trainer.collective_timeout_s=nan", "trainer.collective_timeout_s = nan is out of range"},
       {"trainer.collective_timeout_s=inf", "trainer.collective_timeout_s = inf is out of range"},
+      {"trainer.rendezvous_timeout_s=0", "trainer.rendezvous_timeout_s = 0 is out of range (allowed: seconds, "
+                                         "0.1..1e6 (default 300))"},
+      {"trainer.rendezvous_timeout_s=nan", "trainer.rendezvous_timeout_s = nan is out of range"},
   };
   for (const auto& [flag, message] : cases) {
     const std::string e = error_of(base, {flag});
@@ -132,11 +135,15 @@ TEST(TrainConfig, ValuesOutOfRangeAreRefused) {
   }
 }
 
-TEST(TrainConfig, CollectiveTimeoutIsASettingWithTorchsDefault) {
+// Defaults that report a lost rank in minutes: torch's NCCL collective default and c10d's TCPStore default.
+TEST(TrainConfig, CollectiveAndRendezvousTimeoutsAreSettingsWithMinuteDefaults) {
   const auto base = write_config("timeout.toml", "[trainer]\ntotal_training_steps = 3\n");
-  EXPECT_EQ(load_train_config(base).trainer.collective_timeout_s, 1800.0);
+  EXPECT_EQ(load_train_config(base).trainer.collective_timeout_s, 600.0);
+  EXPECT_EQ(load_train_config(base).trainer.rendezvous_timeout_s, 300.0);
   EXPECT_EQ(load_train_config(base, {"trainer.collective_timeout_s=2"}).trainer.collective_timeout_s, 2.0);
-  EXPECT_NE(to_toml(load_train_config(base)).find("collective_timeout_s = 1800"), std::string::npos);
+  EXPECT_EQ(load_train_config(base, {"trainer.rendezvous_timeout_s=3"}).trainer.rendezvous_timeout_s, 3.0);
+  EXPECT_NE(to_toml(load_train_config(base)).find("collective_timeout_s = 600"), std::string::npos);
+  EXPECT_NE(to_toml(load_train_config(base)).find("rendezvous_timeout_s = 300"), std::string::npos);
 }
 
 // Only a regular, non-empty file is a config: a directory or an empty file used to start a full default run, and

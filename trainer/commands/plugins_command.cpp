@@ -1,5 +1,6 @@
 // `enginery plugins [--plugin-dir D ...]`: every plugin found on the search path with its engines, and every
-// rejected plugin with its reason. Exit status 1 when any plugin was rejected.
+// rejected plugin with its reason. Exit status 1 when any plugin was rejected, or when a --plugin-dir does not
+// exist or holds no plugin that loads (an error naming it).
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -19,9 +20,7 @@ std::string joined(const std::vector<std::string>& items) {
 
 int run_plugins(const std::vector<std::string>& plugin_dirs) {
   // The same search path `enginery train` uses with no plugins.dirs in its config, so the two always agree.
-  std::vector<std::string> fallback = plugin_dirs;
-  if (fallback.empty()) fallback.push_back(build_tree_plugin_dir());
-  PluginLoader loader(plugin_search_path(TrainConfig{}, fallback, installed_plugin_dir()));
+  PluginLoader loader(plugin_search_path(TrainConfig{}, plugin_dirs, build_tree_plugin_dir(), installed_plugin_dir()));
   EngineRegistry registry;
   PluginLoadReport report = loader.load(registry);
 
@@ -46,6 +45,9 @@ int run_plugins(const std::vector<std::string>& plugin_dirs) {
     std::cout << "  " << (rejected.name.empty() ? "" : rejected.name + "  ") << "(" << rejected.path.string()
               << ")\n    " << rejected.reason << "\n";
   }
+  for (const auto& unusable : report.unusable_dirs) {
+    std::cerr << "enginery plugins: error: " << unusable.message << std::endl;
+  }
   return report.ok() ? 0 : 1;
 }
 
@@ -56,7 +58,7 @@ const CommandRegistration kPluginsCommand(
       sub.add_option("--plugin-dir", *dirs,
                      "A plugin directory, or a directory of plugin directories; searched before " +
                          std::string(kPluginPathEnv) + " and <prefix>/lib/enginery/plugins (repeatable; default: the "
-                         "build tree's plugins/ beside bin/)");
+                         "build tree's plugins/ beside bin/); each must exist and hold a plugin that loads");
       return [dirs] { return run_plugins(*dirs); };
     });
 

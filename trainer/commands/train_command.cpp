@@ -47,9 +47,7 @@ int run_train(const TrainOptions& o) {
     std::cerr << "enginery train: error: " << e.what() << std::endl;
     return kConfigError;
   }
-  std::vector<std::string> fallback = o.plugin_dirs;
-  if (fallback.empty()) fallback.push_back(build_tree_plugin_dir());
-  const auto plugin_path = plugin_search_path(config, fallback, installed_plugin_dir());
+  const auto plugin_path = plugin_search_path(config, o.plugin_dirs, build_tree_plugin_dir(), installed_plugin_dir());
 
   if (env) {  // one rank of a job (our launcher, torchrun --no-python, srun)
     try {
@@ -116,7 +114,8 @@ CommandRegistration train_registration(
       sub.add_option("--set", options->overrides, "Override a config key: --set trainer.total_training_steps=50")
           ->allow_extra_args(false);
       sub.add_option("--plugin-dir", options->plugin_dirs,
-                     "Plugin directory when the config has no plugins.dirs (default: plugins/ beside bin/)")
+                     "Plugin directory (repeatable; replaces the config's plugins.dirs; default: plugins/ beside "
+                     "bin/). Each must exist and hold a plugin that loads, else the run stops naming it")
           ->allow_extra_args(false);
       auto* resume =
           sub.add_flag("--resume", options->resume, "Continue from the newest complete checkpoint (resume_mode auto)");

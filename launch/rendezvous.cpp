@@ -1,0 +1,140 @@
+#include "launch/rendezvous.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "host_api/error.h"
+
+namespace enginery {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The first line of c10d's message, without LibTorch's backtrace.
+std::string first_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  return text.substr(0, text.find('\n'));
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  std::ostringstream out;
+  out << static_cast<double>(d.count()) / 1000.0 << " s";
+  return out.str();
+}
+
+std::string check_in_key(int64_t rank) { return "enginery/rendezvous/rank_" + std::to_string(rank); }
+
+// "rank 1", "ranks 1, 3": the ranks that have not checked in.
+std::string missing_ranks(c10d::Store& store, int64_t world_size) {
+  std::vector<int64_t> missing;
+  for (int64_t r = 0; r < world_size; ++r) {
+    if (!store.check({check_in_key(r)})) missing.push_back(r);
+  }
+  std::string text = missing.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < missing.size(); ++i) text += (i ? ", " : "") + std::to_string(missing[i]);
+  return missing.empty() ? "the other ranks" : text;
+}
+
+// Connect (or serve), check in, wait for every rank: each step bounded by what is left of options.timeout.
+// Connecting: waiting for rank 0's server; checking in: connected, waiting for the other ranks.
+enum Phase : int { kConnecting = 0, kCheckingIn = 1 };
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const RankEnv& env, const RendezvousOptions& options,
+                                           const std::string& self, const std::string& at, std::atomic<int>& phase) {
+  const auto deadline = Clock::now() + options.timeout;
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(env.world_size);
+  store_options.waitWorkers = false;  // the check-in below waits instead, and can say who is missing
+  store_options.timeout = options.timeout;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    if (env.rank == 0) {
+      throw EngineryError(self + " could not serve the rendezvous at " + at + ": " + first_line(e), "rendezvous",
+                          "a free MASTER_PORT on this host");
+    }
+    throw EngineryError(self + " waited " + seconds_text(options.timeout) + " (" + options.setting +
+                            ") for rank 0's rendezvous server at " + at +
+                            " and could not connect: rank 0 has not started or is gone, or MASTER_ADDR/MASTER_PORT "
+                            "differ between ranks (" + first_line(e) + ")",
+                        "rendezvous");
+  }
+  phase = kCheckingIn;
+  store->set(check_in_key(env.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int64_t r = 0; r < env.world_size; ++r) keys.push_back(check_in_key(r));
+  const auto left = std::max(std::chrono::milliseconds(1),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  try {
+    store->wait(keys, left);
+  } catch (const std::exception& e) {
+    std::string text = first_line(e);
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (text.find("timeout") == std::string::npos && text.find("timed out") == std::string::npos) {
+      throw EngineryError(self + " lost the rendezvous at " + at + " while waiting for the other ranks (rank 0 "
+                              "exited?): " + first_line(e),
+                          "rendezvous");
+    }
+    throw EngineryError(self + " waited " + seconds_text(options.timeout) + " (" + options.setting + ") for " +
+                            missing_ranks(*store, env.world_size) + " to join the rendezvous at " + at +
+                            ": never arrived (not started, crashed or stopped before connecting, or started with "
+                            "another MASTER_ADDR/MASTER_PORT or WORLD_SIZE)",
+                        "rendezvous");
+  }
+  store->setTimeout(options.op_timeout.count() > 0 ? options.op_timeout : options.timeout);
+  return store;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> join_rendezvous(const RankEnv& env, const RendezvousOptions& options) {
+  const std::string self = "rank " + std::to_string(env.rank);
+  const std::string at = env.master_addr + ":" + std::to_string(env.master_port);
+  // c10d's client blocks without limit on a server that accepted the connection and never answers (a stopped or
+  // hung rank 0): the rendezvous runs on a thread of its own, and this one stops waiting for it a little after its
+  // own bounds (which name the cause more precisely) have had their chance. An abandoned thread stays blocked until
+  // the process exits, which the caller's error brings about.
+  auto done = std::make_shared<std::promise<c10::intrusive_ptr<c10d::Store>>>();
+  auto phase = std::make_shared<std::atomic<int>>(kConnecting);
+  std::future<c10::intrusive_ptr<c10d::Store>> result = done->get_future();
+  std::thread([done, phase, env, options, self, at] {
+    try {
+      done->set_value(rendezvous(env, options, self, at, *phase));
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  }).detach();
+  // c10d's connect retries past its own timeout, so this bound is usually the one that names an absent server.
+  const auto grace = std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(3));
+  if (result.wait_for(options.timeout + grace) != std::future_status::ready) {
+    const std::string waited = self + " waited " + seconds_text(options.timeout) + " (" + options.setting + ") for ";
+    if (*phase == kConnecting && env.rank != 0) {
+      throw EngineryError(waited + "rank 0's rendezvous server at " + at +
+                              " and got no answer: nothing accepted the connection, or rank 0 accepted it and never "
+                              "replied (rank 0 not started, gone, stopped or hung, or MASTER_ADDR/MASTER_PORT differ "
+                              "between ranks)",
+                          "rendezvous");
+    }
+    throw EngineryError(waited + "the rendezvous store at " + at + " to answer: " +
+                            (env.rank == 0 ? std::string("its own store server never replied")
+                                           : std::string("rank 0's server stopped answering after this rank "
+                                                         "connected (rank 0 is stopped or hung)")),
+                        "rendezvous");
+  }
+  return result.get();
+}
+
+}  // namespace enginery

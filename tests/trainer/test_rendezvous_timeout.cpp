@@ -1,0 +1,139 @@
+// trainer.rendezvous_timeout_s over real `enginery train` ranks started as torchrun starts them (docs/ARCHITECTURE.md,
+// "Launching ranks"): a 2-rank job where one rank never arrives, or where rank 0 is stopped after it started its
+// store, fails within the timeout, and the message names the rank that waited, what it waited for and the setting.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "support/torch_compat.h"  // compat::remove_all
+
+namespace fs = std::filesystem;
+
+namespace rendezvous_test {  // named: the unity build puts this file beside the other trainer tests
+
+struct CommandResult {
+  int status = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+// A port nobody should be serving: three per process (offset 0..2), below the kernel's ephemeral range.
+int test_port(int offset) { return 20000 + static_cast<int>(getpid() % 4000) * 3 + offset; }
+
+class RendezvousTimeout : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("enginery_rendezvous_" + std::to_string(getpid()));
+    enginery::compat::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) enginery::compat::remove_all(dir_);
+  }
+  // The shell command of one rank of a 2-rank job on `port`, the rendezvous bounded by `timeout_s`.
+  std::string rank_command(int rank, int port, double timeout_s) const {
+    return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " OMP_NUM_THREADS=1 exec " + ENGINERY_EXE +
+           " train --config " + ENGINERY_SOURCE_DIR + "/examples/demo.toml --set trainer.device=cpu" +
+           " --set trainer.total_training_steps=1 --set trainer.default_local_dir=" +
+           (dir_ / ("run" + std::to_string(port))).string() + " --set trainer.rendezvous_timeout_s=" +
+           std::to_string(timeout_s) + " --plugin-dir " + ENGINERY_PLUGIN_DIR + " 2>&1";
+  }
+  CommandResult run_rank(int rank, int port, double timeout_s) const {
+    const auto start = std::chrono::steady_clock::now();
+    CommandResult r;
+    FILE* pipe = popen(rank_command(rank, port, timeout_s).c_str(), "r");
+    char buffer[4096];
+    for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) r.output.append(buffer, n);
+    const int status = pclose(pipe);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return r;
+  }
+  fs::path dir_;
+};
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Whether something accepts TCP connections on 127.0.0.1:port.
+bool serving(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Rank 0 alone: rank 1 never arrives. Plugin loading comes before the rendezvous, hence the margin.
+TEST_F(RendezvousTimeout, RankZeroNamesTheRankThatNeverArrived) {
+  const int port = test_port(0);
+  const CommandResult r = run_rank(0, port, 3);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "enginery train: error: rank 0: rendezvous: rank 0 waited 3 s "
+                            "(trainer.rendezvous_timeout_s) for rank 1 to join the rendezvous at 127.0.0.1:" +
+                                std::to_string(port) + ": never arrived"))
+      << r.output;
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+}
+
+// Rank 1 alone: rank 0's server never comes up.
+TEST_F(RendezvousTimeout, AnotherRankNamesTheServerItCouldNotReach) {
+  const int port = test_port(1);
+  const CommandResult r = run_rank(1, port, 3);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "enginery train: error: rank 1: rendezvous: rank 1 waited 3 s "
+                            "(trainer.rendezvous_timeout_s) for rank 0's rendezvous server at 127.0.0.1:" +
+                                std::to_string(port)))
+      << r.output;
+  EXPECT_LT(r.seconds, 25.0) << r.output;
+}
+
+// Rank 0 stopped (SIGSTOP) once its store listens: c10d's client alone would wait for its answer forever.
+TEST_F(RendezvousTimeout, AStoppedRankZeroFailsTheOtherRankWithinTheTimeout) {
+  const int port = test_port(2);
+  const std::string cmd = "echo $$; " + rank_command(0, port, 120);
+  FILE* rank0 = popen(cmd.c_str(), "r");
+  ASSERT_NE(rank0, nullptr);
+  long pid0 = 0;
+  ASSERT_EQ(fscanf(rank0, "%ld", &pid0), 1);
+  ASSERT_GT(pid0, 1);
+  struct KillOnExit {  // the stopped rank never exits by itself
+    long pid;
+    FILE* pipe;
+    ~KillOnExit() {
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      pclose(pipe);
+    }
+  } cleanup{pid0, rank0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!serving(port) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(serving(port)) << "rank 0 never served its store";
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid0), SIGSTOP), 0);
+
+  const CommandResult r = run_rank(1, port, 3);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "enginery train: error: rank 1: rendezvous: rank 1 waited 3 s "
+                            "(trainer.rendezvous_timeout_s) for rank 0's rendezvous server at 127.0.0.1:" +
+                                std::to_string(port)))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "rank 0 accepted it and never replied")) << r.output;
+  EXPECT_LT(r.seconds, 25.0) << r.output;
+}
+
+}  // namespace rendezvous_test
