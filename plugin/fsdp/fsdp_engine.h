@@ -62,7 +62,8 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine,
   // The stream refers to this engine's units: use it up before the engine changes (a step, to(), destruction).
   std::unique_ptr<WeightStream> export_weights(c10::ScalarType dtype) override;
   // This rank's pieces of the fp32 masters, one unit per group, cast to `dtype` (fsdp_shard_export.cpp): the shard
-  // group's ranks hold the pieces, HSDP replicas other than the first do not contribute. Not collective.
+  // group's ranks hold the pieces, HSDP replicas other than the first do not contribute. Not collective; the pieces
+  // are on the master's device (the host while offloaded).
   ShardPlacement shard_placement() const override;
   std::unique_ptr<ShardStream> export_shards(c10::ScalarType dtype) override;
 

@@ -82,8 +82,9 @@ ShardPlacement FSDPEngine::shard_placement() const {
   return {groups.shard_ranks(), groups.replicate->rank() == 0};
 }
 
+// No residency check, unlike the weight export: nothing is gathered, so pieces are read from the master wherever it
+// is (host memory after to("cpu") or with engine.param_offload), which is where a delta sync between steps finds it.
 std::unique_ptr<ShardStream> FSDPEngine::export_shards(c10::ScalarType dtype) {
-  require_resident("shard export", /*model=*/true, /*optimizer=*/false, /*grad=*/false);
   if (!fsdp_) return std::make_unique<UnshardedShardStream>(*model_, dtype);
   std::map<const void*, std::string> hf_names;
   for (const auto& item : model_->named_parameters()) hf_names.emplace(item.value().unsafeGetTensorImpl(), item.key());
