@@ -19,7 +19,10 @@ constexpr int kApiVersionMajor = 2;
 // 2.4: batch_temperature() (host_api/batch.h): the batch metadata `temperature`, validated by the host's loop for
 // every engine; engines that scale their logits by it declare the capability `temperature` in their manifest, and
 // hosts pass a value other than 1 only to those (enginery.verl refuses it by name for the others).
-constexpr int kApiVersionMinor = 4;
+// 2.5: the ShardExportingEngine interface (host_api/shard_export.h): this rank's pieces of the weights by Hugging Face
+// name with where they sit in the full tensors, nothing gathered (verl's get_per_tensor_param_shard); engines that
+// implement it declare the capability `shard-export`.
+constexpr int kApiVersionMinor = 5;
 
 // Version of the plugin.toml schema this host reads.
 constexpr int kManifestVersion = 1;

@@ -19,6 +19,7 @@
 
 #include "host_api/base_engine.h"
 #include "host_api/config_support.h"
+#include "host_api/shard_export.h"
 #include "models/decoder_model.h"
 #include "models/layers.h"
 #include "plugin/fsdp/adamw.h"
@@ -36,7 +37,10 @@ using ModelBuilder = std::function<std::shared_ptr<models::DecoderModel>(const E
 // than a ModelConfig field: a new field would change EngineArgs' layout for every 2.x plugin.
 inline constexpr const char* kCheckpointingPolicy = "gradient_checkpointing_policy";
 
-class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine, public WeightExportingEngine {
+class ENGINERY_FSDP_API FSDPEngine : public BaseEngine,
+                                     public OffloadableEngine,
+                                     public WeightExportingEngine,
+                                     public ShardExportingEngine {
  public:
   // `model_builder` empty: the models library builds args.model (what the plugin's registered factory does).
   // The shard layout follows the backend name (layout_for_backend).
@@ -57,6 +61,11 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine, public OffloadableEngine
       const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) override;
   // The stream refers to this engine's units: use it up before the engine changes (a step, to(), destruction).
   std::unique_ptr<WeightStream> export_weights(c10::ScalarType dtype) override;
+  // This rank's pieces of the fp32 masters, one unit per group, cast to `dtype` (fsdp_shard_export.cpp): the shard
+  // group's ranks hold the pieces, HSDP replicas other than the first do not contribute. Not collective; the pieces
+  // are on the master's device (the host while offloaded).
+  ShardPlacement shard_placement() const override;
+  std::unique_ptr<ShardStream> export_shards(c10::ScalarType dtype) override;
 
   // Checkpoints (plugin/fsdp/CHECKPOINT.md): collective; atomic (a temporary sibling, fsynced, renamed into place);
   // readable at any world size, fsdp_size and strategy. args().checkpoint.save_contents / load_contents select

@@ -62,6 +62,13 @@ DpGroups DpGroups::create(const EngineArgs& args, int64_t fsdp_size) {
   return g;
 }
 
+std::vector<int64_t> DpGroups::shard_ranks() const {
+  const int64_t size = shard->size(), first = world->rank() / size * size;
+  std::vector<int64_t> ranks;
+  for (int64_t i = 0; i < size; ++i) ranks.push_back(first + i);
+  return ranks;
+}
+
 namespace {
 
 // The default shard source: every rank holds the full values, packs them and keeps its own slice.

@@ -30,6 +30,8 @@ struct FsdpOptions {
 struct ENGINERY_FSDP_API DpGroups {
   // fsdp_size <= 0 or == world size: plain FSDP (shard over everything, no replicas).
   static DpGroups create(const EngineArgs& args, int64_t fsdp_size);
+  // The world ranks of this rank's shard group, ascending: the contiguous block create() puts it in.
+  std::vector<int64_t> shard_ranks() const;
   std::shared_ptr<Collectives> world;
   std::shared_ptr<Collectives> shard;
   std::shared_ptr<Collectives> replicate;  // size 1 without HSDP

@@ -24,7 +24,8 @@ from ._torch_check import import_torch
 # torch's Python types, which the extension converts to and from.
 try:
     torch = import_torch(_build_info.TORCH_VERSION)
-    from ._enginery import Engine, EngineryError, LossContext, ModeContext, WeightBuckets, WeightStream  # noqa: F401
+    from ._enginery import (Engine, EngineryError, LossContext, ModeContext, ShardStream,  # noqa: F401
+                           WeightBuckets, WeightStream)
 except ImportError as error:
     # The `enginery` console script (enginery._cli) and `python -m enginery.verl doctor` import this package first
     # (sys.argv[0] is "-m" while Python locates a -m module): there the one line is the whole output, as for the
@@ -40,8 +41,8 @@ except ImportError as error:
 from . import _enginery  # noqa: E402
 
 __version__ = _build_info.VERSION
-__all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "WeightBuckets", "WeightStream", "load_plugins",
-           "plugins", "new_engine"]
+__all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "ShardStream", "WeightBuckets", "WeightStream",
+           "load_plugins", "plugins", "new_engine"]
 
 
 def _get_per_tensor_param(self, dtype=None):
@@ -54,8 +55,19 @@ def _get_per_tensor_param(self, dtype=None):
             yield name, tensor.clone()
 
 
-# A generator is simplest written in Python; the pybind11 class takes it as a method.
+def _local_shards(self, dtype=None):
+    """This rank's piece of every weight, nothing gathered (host_api/shard_export.h): (Hugging Face name, local,
+    full_shape, flat_offset), `local` 1-D in `dtype` (None: fp32) holding the elements [flat_offset, flat_offset +
+    local.numel()) of the full tensor flattened, possibly none. Every rank yields the same names in the same order;
+    Engine.shard_placement says which ranks' pieces make up the full tensors. Not collective. EngineryError for an
+    engine without the capability 'shard-export'."""
+    for group in self.shard_stream(torch.float32 if dtype is None else dtype):
+        yield from group
+
+
+# Generators are simplest written in Python; the pybind11 class takes them as methods.
 Engine.get_per_tensor_param = _get_per_tensor_param
+Engine.local_shards = _local_shards
 
 
 def bundled_plugin_dir():

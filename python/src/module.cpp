@@ -6,6 +6,7 @@
 #include "host_api/precision.h"
 #include "python/src/py_engine.h"
 #include "python/src/py_factory.h"
+#include "python/src/py_shards.h"
 #include "python/src/py_weights.h"
 
 namespace py = pybind11;
@@ -16,6 +17,7 @@ using enginery::PrecisionType;
 using enginery::python::EngineRequest;
 using enginery::python::ModeContext;
 using enginery::python::PyEngine;
+using enginery::python::PyShardStream;
 using enginery::python::PyWeightBuckets;
 using enginery::python::PyWeightStream;
 
@@ -95,7 +97,23 @@ void bind_engine(py::module_& m) {
             return PyWeightBuckets(self.engine(), enginery::python::dtype_from(dtype, "weight_buckets"),
                                    bucket_bytes);
           },
-          py::arg("dtype"), py::arg("bucket_bytes"));
+          py::arg("dtype"), py::arg("bucket_bytes"))
+      // This rank's pieces, nothing gathered (host_api/shard_export.h): not collective. EngineryError naming the
+      // capability 'shard-export' for an engine without it; enginery.Engine.get_per_tensor_param_shard wraps it.
+      .def(
+          "shard_stream",
+          [](const PyEngine& self, const py::handle& dtype) {
+            return PyShardStream(self.engine(), enginery::python::dtype_from(dtype, "shard_stream"));
+          },
+          py::arg("dtype"))
+      .def_property_readonly("shard_placement", [](const PyEngine& self) {
+        const auto placement =
+            enginery::python::shard_exporter(*self.engine(), "shard_placement").shard_placement();
+        py::dict out;
+        out["group_ranks"] = py::cast(placement.group_ranks);
+        out["contributes"] = placement.contributes;
+        return out;
+      });
 }
 
 }  // namespace
@@ -106,6 +124,7 @@ PYBIND11_MODULE(_enginery, m) {
   bind_loss_context(m);
   bind_engine(m);
   enginery::python::bind_weights(m);
+  enginery::python::bind_shards(m);
   m.def("_load_plugins", &enginery::python::load_plugins, py::arg("dirs"), py::arg("bundled"));
   m.def("_plugins", &enginery::python::plugins);
   m.def(

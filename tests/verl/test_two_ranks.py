@@ -1,7 +1,9 @@
 """Two ranks under `torch.distributed.run --nproc-per-node 2` over Gloo, each with its rows of the PPO batch of
 test_losses.py through verl's ppo_loss: the ranks' losses add up to the one-process torch + transformers loss of the
 whole batch, and both report its grad norm (verl's loss times dp_size over the global token count, enginery's
-gradients summed over ranks)."""
+gradients summed over ranks). Around the step, verl's shard export (two_rank_worker.py): the two ranks' pieces, and
+the delta after the step, put together as verl's delta checkpoint engine does, are get_per_tensor_param's weights
+bitwise (bf16) for every Hugging Face name, also with a flat-parameter engine and an HSDP one."""
 import json
 import os
 import socket
@@ -10,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from test_losses import ppo_reference
+from test_losses import ppo_reference, reference_model
 
 
 def free_port():
@@ -35,3 +37,6 @@ def test_two_gloo_ranks_equal_one_process(tiny_model_dir, tmp_path):
     assert sum(sum(r["loss"]) for r in ranks) / 2 == pytest.approx(loss, rel=1e-5, abs=1e-6)
     for r in ranks:
         assert r["grad_norm"] == pytest.approx(norm, rel=1e-4)
+    assert ranks[0]["checked"] == sorted(reference_model(tiny_model_dir).state_dict())
+    assert ranks[0]["changed"] > 0
+    assert ranks[0]["mismatches"] == []

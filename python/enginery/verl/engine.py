@@ -2,6 +2,7 @@
 verl's data layout (layout.py), loss-function signature and result structure. docs/ARCHITECTURE.md, "The contract".
 """
 import math
+import warnings
 
 import torch
 
@@ -87,9 +88,11 @@ class EngineryVerlEngine:
         if self._offload_outside_modes is not False:
             self._check_offload_outside_modes()
         device_type = self.device.split(":")[0]
-        self._scales_logits = any("temperature" in e["capabilities"] for e in enginery.plugins()
-                                  if (e["model_type"], e["backend"], e["device"]) ==
-                                  (self.model_type, self.backend, device_type))
+        capabilities = {c for e in enginery.plugins() for c in e["capabilities"]
+                        if (e["model_type"], e["backend"], e["device"]) == (self.model_type, self.backend, device_type)}
+        self._scales_logits = "temperature" in capabilities
+        self._exports_shards = "shard-export" in capabilities
+        self._delta_shard_snap = {}  # HF name -> this rank's piece as last exported (prime_delta_snapshots)
         self._built_from = self._sections()
         self._engine = self._new_engine(sections)
         self.mode = None
@@ -197,6 +200,77 @@ class EngineryVerlEngine:
         has. Collective: every rank must exhaust the generator."""
         return self._engine.get_per_tensor_param(dtype), None
 
+    # verl's BaseEngine default: the delta diff base in pinned host memory where CUDA is available.
+    delta_pin_snapshots = True
+
+    def get_per_tensor_param_shard(self, dtype=None, **kwargs):
+        """(generator of (HF name, this rank's piece, verl ShardSpec), None), nothing gathered: verl's shard export
+        (verl/workers/engine/spec.py), in `dtype` (None: bf16, what verl's FSDP engine exports and the rollout
+        loads). enginery's shards are flat ranges, so each spec carries the explicit placement spec.py provides for
+        geometries beyond DTensor's: place = the piece's flat offset in the full tensor, gather_group = the
+        process group of the ranks whose pieces make it up (None where this rank's piece is the whole tensor),
+        contributes = False on an HSDP replica. The first call on an HSDP engine creates its groups: collective.
+        An engine without the capability 'shard-export' yields its full tensors from get_per_tensor_param with
+        specs of no placement, which spec.py defines as "the local tensor already is the whole parameter" (rank 0
+        contributes): correct, but every rank gathers and holds full tensors; a RuntimeWarning says so once."""
+        from verl.workers.engine.spec import ShardSpec
+        dtype = torch.bfloat16 if dtype is None else dtype
+        if not self._exports_shards:
+            self._warn_full_tensor_shards()
+            full, _ = self.get_per_tensor_param(dtype)
+            return ((name, t.reshape(-1), ShardSpec(full_shape=tuple(t.shape))) for name, t in full), None
+        placement = self._engine.shard_placement
+        group = self._gather_group(placement["group_ranks"])
+        contributes = placement["contributes"]
+        return ((name, local, ShardSpec(full_shape=tuple(shape), place=int(offset), gather_group=group,
+                                        contributes=contributes))
+                for name, local, shape, offset in self._engine.local_shards(dtype)), None
+
+    def prime_delta_snapshots(self):
+        """Snapshots this rank's pieces (get_per_tensor_param_shard's, bf16) as the diff base of the next
+        get_per_tensor_param_delta_shard, through verl's own helper, as verl's BaseEngine does. verl's delta
+        checkpoint engine calls it right after the seed sync of get_per_tensor_param's full weights."""
+        from verl.utils.device import is_cuda_available
+        from verl.workers.engine.utils import prime_delta_snapshots
+        gen, _ = self.get_per_tensor_param_shard()
+        prime_delta_snapshots(gen, self._delta_shard_snap, pin=is_cuda_available and self.delta_pin_snapshots)
+
+    def get_per_tensor_param_delta_shard(self, **kwargs):
+        """(generator of verl's delta entries (slots, dtype_str, counts, hf_idx, hf_val, gather_group), None): the
+        elements of this rank's pieces whose bf16 bytes changed since the last prime_delta_snapshots or delta
+        export, at their flat positions in the full HF tensors, through verl's hf_delta_export (which also makes
+        these pieces the next diff base). Every rank yields one entry per HF name, in the same order."""
+        from verl.workers.engine.utils import hf_delta_export
+        if not self._delta_shard_snap:
+            raise _error("no snapshot of the weights to diff against", "enginery.verl get_per_tensor_param_delta_shard",
+                         "prime_delta_snapshots() first (verl's delta checkpoint engine calls it after the seed sync)")
+        gen, _ = self.get_per_tensor_param_shard()
+        return hf_delta_export(gen, self._delta_shard_snap, _hf_delta_entry), None
+
+    def _warn_full_tensor_shards(self):
+        if not getattr(self, "_warned_full_tensor_shards", False):
+            self._warned_full_tensor_shards = True
+            warnings.warn(f"enginery.verl: engine {self.backend} ({self.model_type}) lacks the capability "
+                          "'shard-export': get_per_tensor_param_shard yields full tensors (every rank gathers them)",
+                          RuntimeWarning, stacklevel=3)
+
+    def _gather_group(self, ranks):
+        """The torch.distributed group of `ranks` (world ranks): None for this rank alone, the default group for all
+        of them, else a group made by every rank at once for each distinct rank set (all_gather_object first, so
+        every rank creates the same groups in the same order), cached."""
+        import torch.distributed as dist
+        ranks = tuple(ranks)
+        if len(ranks) == 1:
+            return None
+        if ranks == tuple(range(dist.get_world_size())):
+            return dist.group.WORLD
+        groups = getattr(self, "_gather_groups", None)
+        if groups is None:
+            every = [None] * dist.get_world_size()
+            dist.all_gather_object(every, ranks)
+            groups = self._gather_groups = {r: dist.new_group(list(r)) for r in sorted(set(every))}
+        return groups[ranks]
+
     def to(self, device, model=True, optimizer=True, grad=True):
         if not model and (optimizer or grad):
             raise _error("optimizer or grad moved without the model", "enginery.verl to", "model=True with them")
@@ -225,6 +299,15 @@ class EngineryVerlEngine:
 
     def is_mp_src_rank_with_outputs(self):
         return True  # no tensor or sequence parallelism: every rank holds its rows' outputs
+
+
+def _hf_delta_entry(name, spec, place, lidx, lval):
+    """verl's delta entry of an identity parameter (the HF tensor itself is the one slot): the changed elements'
+    positions in the full tensor (int32, the wire's type) and their values."""
+    from verl.workers.engine.spec import translate_flat_indices
+    hf_idx = translate_flat_indices(lidx, place).to(torch.int32)
+    counts = torch.tensor([hf_idx.numel()], dtype=torch.int64)
+    return [(name, tuple(spec.full_shape))], str(lval.dtype).replace("torch.", ""), counts, hf_idx, lval
 
 
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
