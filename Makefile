@@ -18,18 +18,17 @@ demo: install
 	$(VENV)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run  # a previous demo is moved aside, never overwritten
 	$(VENV)/bin/enginery plot runs/demo
 
-# GRPO after an SFT warm-up stopped part-way (examples/grpo.toml says why): the demo's SFT on a 400-step schedule,
-# checkpointed (with a Hugging Face export) at step 300, then GRPO from that export. Both runs move a previous one
-# aside.
-RL_SFT_STEPS = 300
+# GRPO after an SFT warm-up that has just found the carries (examples/grpo.toml says why): the demo's SFT,
+# evaluated and checkpointed (with a Hugging Face export) every 25 steps, then GRPO from the first checkpoint at
+# >= 25% held-out exact match (scripts/pick_warmup.py). Both runs move a previous one aside.
+RL_WARMUP_MIN = 0.25
 demo-rl: TESTS = OFF
 demo-rl: install
 	$(VENV)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run \
-	  --set trainer.experiment_name=demo-rl-sft --set trainer.total_training_steps=400 \
-	  --set trainer.save_freq=$(RL_SFT_STEPS) --set trainer.max_ckpt_to_keep=2 --set trainer.test_freq=100 \
-	  --set 'checkpoint.save_contents=["model","optimizer","extra","hf_model"]'
+	  --set trainer.experiment_name=demo-rl-sft --set trainer.test_freq=25 --set trainer.save_freq=25 \
+	  --set trainer.max_ckpt_to_keep=0 --set 'checkpoint.save_contents=["model","hf_model"]'
 	$(VENV)/bin/enginery train --config examples/grpo.toml --nproc 2 --fresh-run \
-	  --set model.path=runs/demo-rl-sft/global_step_$(RL_SFT_STEPS)/actor/huggingface
+	  --set model.path="$$($(PYTHON) scripts/pick_warmup.py runs/demo-rl-sft $(RL_WARMUP_MIN))"
 	$(VENV)/bin/enginery plot runs/demo-rl
 
 # Benchmarks, not tests (minutes each; bench/fidelity/run_fidelity.py says what they print). The demo's bar: its

@@ -29,7 +29,8 @@ def test_reads_final_accuracy_val_loss_first_step_at_target_and_reward(tmp_path)
         {"step": 300, "val_loss": 0.5, "accuracy": 0.88},
     ])
     got = fidelity.read_metrics(metrics, 0.9)
-    assert got == {"accuracy": 0.88, "val_loss": 0.5, "steps_to_target": 200, "reward": 0.8, "steps": 300}
+    assert got == {"first_accuracy": 0.5, "accuracy": 0.88, "val_loss": 0.5, "steps_to_target": 200, "reward": 0.8,
+                   "steps": 300}
     assert fidelity.read_metrics(tmp_path / "missing.jsonl", 0.9)["accuracy"] is None
 
 
@@ -68,3 +69,22 @@ def test_a_tiny_sweep_through_enginery_train(tmp_path):
         assert f"param_dtype = '{r['dtype']}'" in config
     assert "| on | bf16 | 1 (0) |" in (out / "table.md").read_text()
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_demo_rl_warmup_is_the_first_saved_checkpoint_past_the_threshold(tmp_path):
+    spec = importlib.util.spec_from_file_location("pick_warmup", REPO / "scripts/pick_warmup.py")
+    pick_warmup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pick_warmup)
+    run = tmp_path / "sft"
+    write_metrics(run / "metrics.jsonl", [
+        {"step": 25, "val_loss": 1.2, "accuracy": 0.01}, {"step": 50, "val_loss": 1.0, "accuracy": 0.3},
+        {"step": 75, "val_loss": 0.5, "accuracy": 0.6}, {"step": 100, "val_loss": 0.1, "accuracy": 0.99}])
+    for step in (25, 75, 100):  # step 50 was not saved
+        (run / f"global_step_{step}" / "actor" / "huggingface").mkdir(parents=True)
+    export, accuracy = pick_warmup.pick(run, 0.25)
+    assert (export, accuracy) == (run / "global_step_75" / "actor" / "huggingface", 0.6)
+    try:
+        pick_warmup.pick(run, 0.999)
+        raise AssertionError("a threshold no checkpoint reached was accepted")
+    except SystemExit as e:
+        assert "no checkpoint" in str(e) and "99.0% at step 100" in str(e), str(e)
