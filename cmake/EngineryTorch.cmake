@@ -18,7 +18,10 @@ if(NOT _enginery_py AND Python_EXECUTABLE)
   set(_enginery_py "${Python_EXECUTABLE}")
 endif()
 if(NOT _enginery_py)
-  find_program(_enginery_py NAMES python3 python)
+  # A result variable of its own: find_program into _enginery_py, a normal variable already set empty above, leaves
+  # it empty under CMake 4's policies.
+  find_program(ENGINERY_PYTHON_ON_PATH NAMES python3 python)
+  set(_enginery_py "${ENGINERY_PYTHON_ON_PATH}")
 endif()
 
 set(_enginery_probe [=[

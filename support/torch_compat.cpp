@@ -79,6 +79,9 @@ void cuda_empty_cache() {
 int64_t cuda_allocated_bytes(int64_t index) {
 #ifdef ENGINERY_WITH_CUDA
   if (!torch::cuda::is_available()) return 0;
+  // The caching allocator exists only once CUDA is initialised; asked before the process's first CUDA tensor (a
+  // baseline taken first thing), torch 2.11 answers "Invalid device argument" instead of zero.
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   return stats.allocated_bytes[0].current;
 #else

@@ -9,6 +9,10 @@ source scripts/gpu/setup.sh
 ENGINERY_GPU_BUILD=${1:-build-gpu}
 ENGINERY_VENV=/tmp/enginery-venv
 python3 -m venv --system-site-packages "$ENGINERY_VENV"
+# The machine's torch lives in a venv of its own (/opt/torch/.venv), whose packages --system-site-packages does not
+# reach (it reaches the base interpreter's): a .pth file adds them, as a user's torch would be there.
+python3 -c 'import site; print(site.getsitepackages()[0])' > \
+  "$("$ENGINERY_VENV/bin/python3" -c 'import site; print(site.getsitepackages()[0])')/machine-torch.pth"
 "$ENGINERY_VENV/bin/pip" install -q --no-index --find-links .whl scikit-build-core
 rm -rf "$ENGINERY_GPU_BUILD/dist"
 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$ENGINERY_VENV/bin/pip" wheel --no-build-isolation --no-deps \
