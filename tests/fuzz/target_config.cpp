@@ -44,7 +44,8 @@ const std::vector<std::string>& config_keys() {
       "save_contents", "clip_ratio_low", "\"a.b\"", "model.path", "[algorithm]\n", "[rollout]\n", "[actor]\n",
       "[actor_rollout_ref.rollout]\n", "[actor_rollout_ref.actor]\n", "adv_estimator = \"grpo\"", "response_length",
       "temperature", "top_p", "top_k", "rollout.dtype", "use_kl_loss", "kl_loss_coef", "truncation",
-      "unknown_fields", "tokenizer_path", "trust_remote_code", "cliprange_value"};
+      "unknown_fields", "tokenizer_path", "trust_remote_code", "cliprange_value", "rendezvous_timeout_s",
+      "collective_timeout_s"};
   return keys;
 }
 
