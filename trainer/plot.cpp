@@ -195,7 +195,6 @@ void draw_points(Image& img, const Series& s, const Axis& x, const Axis& y) {
   }
 }
 
-
 // Reads <dir>/metrics.jsonl; throws when it holds no finite training loss.
 Metrics read_run(const std::string& run_dir, std::ostream& warnings, std::string& path) {
   path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
