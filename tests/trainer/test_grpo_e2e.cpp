@@ -13,26 +13,18 @@
 #include <vector>
 
 #include "support/torch_compat.h"  // compat::remove_all
+#include "tests/support/shell_command.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CommandResult {
-  int status = -1;
-  std::string output;
-};
+using enginery::test_support::CommandResult;
 
 CommandResult run_train(const std::string& args) {
   const std::string cmd = std::string(ENGINERY_EXE) + " train " + args + " --plugin-dir " + ENGINERY_PLUGIN_DIR +
                           " 2>&1";
-  CommandResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return enginery::test_support::run_shell(cmd);
 }
 
 // The step lines of metrics.jsonl (evaluation lines carry "accuracy" instead).

@@ -11,28 +11,20 @@
 #include <unistd.h>
 
 #include "support/torch_compat.h"  // compat::remove_all
+#include "tests/support/shell_command.h"
 
 namespace fs = std::filesystem;
 
 namespace plugin_dirs_test {  // named: the unity build puts this file beside the other trainer tests
 
-struct CommandResult {
-  int status = -1;
-  std::string output;
-};
+using enginery::test_support::CommandResult;
 
 // `enginery <args>` with ENGINERY_PLUGIN_PATH set to the build's real plugins and `env` (output and error
 // together).
 CommandResult run_enginery_env(const std::string& env, const std::string& args) {
   const std::string cmd = env + "ENGINERY_PLUGIN_PATH=" + std::string(ENGINERY_PLUGIN_DIR) + " OMP_NUM_THREADS=1 " +
                           std::string(ENGINERY_EXE) + " " + args + " 2>&1";
-  CommandResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return enginery::test_support::run_shell(cmd);
 }
 
 CommandResult run_enginery(const std::string& args) { return run_enginery_env("", args); }

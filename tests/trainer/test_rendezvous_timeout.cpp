@@ -17,16 +17,13 @@
 #include <thread>
 
 #include "support/torch_compat.h"  // compat::remove_all
+#include "tests/support/shell_command.h"
 
 namespace fs = std::filesystem;
 
 namespace rendezvous_test {  // named: the unity build puts this file beside the other trainer tests
 
-struct CommandResult {
-  int status = -1;
-  std::string output;
-  double seconds = 0;
-};
+using enginery::test_support::CommandResult;
 
 // A port nobody should be serving: three per process (offset 0..2), below the kernel's ephemeral range.
 int test_port(int offset) { return 20000 + static_cast<int>(getpid() % 4000) * 3 + offset; }
@@ -51,15 +48,7 @@ class RendezvousTimeout : public ::testing::Test {
            std::to_string(timeout_s) + " --plugin-dir " + ENGINERY_PLUGIN_DIR + " 2>&1";
   }
   CommandResult run_rank(int rank, int port, double timeout_s) const {
-    const auto start = std::chrono::steady_clock::now();
-    CommandResult r;
-    FILE* pipe = popen(rank_command(rank, port, timeout_s).c_str(), "r");
-    char buffer[4096];
-    for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) r.output.append(buffer, n);
-    const int status = pclose(pipe);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return r;
+    return enginery::test_support::run_shell(rank_command(rank, port, timeout_s));
   }
   fs::path dir_;
 };

@@ -14,30 +14,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "support/torch_compat.h"  // compat::remove_all
+#include "tests/support/shell_command.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CommandResult {
-  int status = -1;
-  std::string output;
-  double seconds = 0;
-};
+using enginery::test_support::CommandResult;
 
 // `enginery <args>` (output and error together) through the shell; `shell_prefix` goes before the executable
 // (limits, traps).
 CommandResult run_enginery(const std::string& args, const std::string& shell_prefix = "") {
-  const auto start = std::chrono::steady_clock::now();
-  const std::string cmd = shell_prefix + std::string(ENGINERY_EXE) + " " + args + " 2>&1";
-  CommandResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return r;
+  return enginery::test_support::run_shell(shell_prefix + std::string(ENGINERY_EXE) + " " + args + " 2>&1");
 }
 
 CommandResult run(const std::string& args, const std::string& shell_prefix = "") {
@@ -45,13 +33,9 @@ CommandResult run(const std::string& args, const std::string& shell_prefix = "")
 }
 
 std::string run_plot(const std::string& dir) {
-  const std::string cmd = std::string(ENGINERY_EXE) + " plot " + dir + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  char buffer[4096];
-  std::string out;
-  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.append(buffer, n);
-  EXPECT_EQ(pclose(pipe), 0) << out;
-  return out;
+  const CommandResult r = run_enginery("plot " + dir);
+  EXPECT_EQ(r.status, 0) << r.output;
+  return r.output;
 }
 
 std::string read_file(const fs::path& path) {
