@@ -42,7 +42,8 @@ bool compiled() { return true; }
 bool available(Kernel k) { return kernel_enabled(k); }
 
 bool applies(const torch::Tensor& t, Kernel k) {
-  return available(k) && t.defined() && t.is_cuda() && (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf);
+  const bool half_precision = t.defined() && (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf);
+  return available(k) && half_precision && t.is_cuda();
 }
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {

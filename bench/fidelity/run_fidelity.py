@@ -48,8 +48,8 @@ def parse_args(argv):
                         "variable takes (swiglu,rope / -adamw); cuda only")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time")
     p.add_argument("--set", action="append", default=[], dest="overrides",
-                   help="extra --set for every run; {seed} is replaced by the run's seed (GRPO: model.path of "
-                        "each seed's warm-up)")
+                   help="extra --set for every run; {seed} and {dtype} are replaced by the run's (GRPO: model.path "
+                        "of each seed's warm-up)")
     p.add_argument("--out", required=True)
     p.add_argument("--target", type=float, default=0.9, help="accuracy whose first step is reported")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
@@ -94,7 +94,7 @@ def train(args, variant, dtype, seed, out):
     for key in args.dtype_keys.split(","):
         cmd += ["--set", f'{key}="{dtype}"']
     for o in args.overrides:
-        cmd += ["--set", o.replace("{seed}", str(seed))]
+        cmd += ["--set", o.replace("{seed}", str(seed)).replace("{dtype}", dtype)]
     env = dict(os.environ, ENGINERY_CUDA_KERNELS=kernel_env(variant), NCCL_NVLS_ENABLE="0")
     start = time.time()
     log = out / "logs" / f"{name}.log"
@@ -134,6 +134,40 @@ def read_metrics(path, target):
     return found
 
 
+def train_curve(run_dir):
+    """step -> the training signal: GRPO's sampled reward where there is one, else the training loss."""
+    path = Path(run_dir or "") / "metrics.jsonl"
+    if not run_dir or not path.exists():
+        return {}
+    curve = {}
+    for line in path.read_text().splitlines():
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        value = m.get("critic/score/mean", m.get("loss"))
+        if value is not None and "step" in m:
+            curve[m["step"]] = value
+    return curve
+
+
+def curve_gap(a, b):
+    """Mean |a - b| over the steps both curves have: how far two runs' training went apart over the whole run."""
+    steps = a.keys() & b.keys()
+    return statistics.mean(abs(a[t] - b[t]) for t in steps) if steps else None
+
+
+def gaps_to(rows, reference_rows):
+    """Same-seed gaps of rows to reference_rows; for the reference itself, the gaps between its different seeds
+    (the scale a change is measured against: a kernel that moves training less than a new seed does is neutral)."""
+    curves = {r["seed"]: train_curve(r.get("dir")) for r in reference_rows if r["rc"] == 0}
+    if rows is reference_rows:
+        seeds = sorted(curves)
+        return [curve_gap(curves[s], curves[t]) for i, s in enumerate(seeds) for t in seeds[i + 1:]]
+    return [curve_gap(train_curve(r.get("dir")), curves[r["seed"]])
+            for r in rows if r["rc"] == 0 and r["seed"] in curves]
+
+
 def spread(values):
     """median [min, max] of the values present, and how many there were."""
     xs = [v for v in values if v is not None]
@@ -165,36 +199,38 @@ def verdict(group, reference):
 
 
 def summarise(results, dtypes, variants, seeds, target):
+    rows_of = {(v, d): [r for r in results if r["variant"] == v and r["dtype"] == d] for v in variants for d in dtypes}
+    # under the reference kernel setting each dtype is held to fp32; any other setting to the same dtype under the
+    # reference setting (what switching kernels changes)
+    reference_of = {(v, d): (variants[0], dtypes[0] if v == variants[0] else d) for v, d in rows_of}
     groups = {}
-    for variant in variants:
-        for dtype in dtypes:
-            rows = [r for r in results if r["variant"] == variant and r["dtype"] == dtype]
-            groups[(variant, dtype)] = {
-                "runs": len(rows), "failed": sum(r["rc"] != 0 for r in rows),
-                "first_accuracy": spread(r.get("first_accuracy") for r in rows),
-                "accuracy": spread(r["accuracy"] for r in rows),
-                "val_loss": spread(r["val_loss"] for r in rows),
-                "steps_to_target": spread(r["steps_to_target"] for r in rows),
-                "reached": sum(r["steps_to_target"] is not None for r in rows),
-                "reward": spread(r["reward"] for r in rows),
-            }
-    reference = groups[(variants[0], dtypes[0])]
+    for key, rows in rows_of.items():
+        groups[key] = {
+            "runs": len(rows), "failed": sum(r["rc"] != 0 for r in rows),
+            "first_accuracy": spread(r.get("first_accuracy") for r in rows),
+            "accuracy": spread(r["accuracy"] for r in rows),
+            "val_loss": spread(r["val_loss"] for r in rows),
+            "steps_to_target": spread(r["steps_to_target"] for r in rows),
+            "reached": sum(r["steps_to_target"] is not None for r in rows),
+            "reward": spread(r["reward"] for r in rows),
+            "curve_gap": spread(gaps_to(rows, rows_of[reference_of[key]])),
+        }
     lines = [f"| kernels | dtype | runs (failed) | held-out exact match, first eval | held-out exact match | val loss | "
-             f"steps to {100 * target:.0f}% (reached) | final train reward | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"steps to {100 * target:.0f}% (reached) | final train reward | train curve gap | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for (variant, dtype), g in groups.items():
-        # under the reference kernel setting each dtype is held to fp32; any other setting to the same dtype under
-        # the reference setting (what switching kernels changes)
-        ref = groups[(variants[0], dtypes[0])] if variant == variants[0] else groups[(variants[0], dtype)]
+        ref = groups[reference_of[(variant, dtype)]]
         lines.append(f"| {variant} | {dtype} | {g['runs']} ({g['failed']}) | {fmt(g['first_accuracy'], True)} | "
                      f"{fmt(g['accuracy'], True)} | "
                      f"{fmt(g['val_loss'])} | {fmt(g['steps_to_target'], digits=4)} ({g['reached']}/{g['runs']}) | "
-                     f"{fmt(g['reward'])} | {verdict(g, ref)} |")
+                     f"{fmt(g['reward'])} | {fmt(g['curve_gap'])} | {verdict(g, ref)} |")
     seeds_text = ",".join(str(s) for s in seeds)
     lines.append("")
     lines.append(f"median [min, max] over seeds {seeds_text}. Verdict: with kernels {variants[0]}, each dtype against "
                  f"{dtypes[0]}; with other kernel settings, each dtype against itself with kernels {variants[0]}. PASS "
-                 f"when its medians (accuracy, val loss) lie within the reference's seed range.")
+                 f"when its medians (accuracy, val loss) lie within the reference's seed range. Train curve gap: mean "
+                 f"|difference| of the training loss (GRPO: sampled reward) per step to the reference run of the same "
+                 f"seed; in the reference row, between its runs of different seeds.")
     return "\n".join(lines), groups
 
 

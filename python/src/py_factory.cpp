@@ -8,6 +8,7 @@
 #include <set>
 
 #include "host_api/error.h"
+#include "kernels/runtime_switch.h"
 #include "registry/plugin_loader.h"
 #include "trainer/engine_factory.h"
 #include "trainer/train_config.h"
@@ -136,6 +137,8 @@ py::list plugins() {
 }
 
 std::shared_ptr<BaseEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store) {
+  // A bad ENGINERY_CUDA_KERNELS is refused here, as `enginery train` does before launch, not inside a forward
+  kernels::kernels_enabled_by(std::getenv(kernels::kRuntimeSwitchEnv));
   const TrainConfig config = parse_config(request);
   EngineArgs args;
   args.model_type = request.model_type;

@@ -9,7 +9,7 @@ namespace python {
 
 c10::ScalarType dtype_from(const py::handle& dtype, const char* where) {
   if (!THPDtype_Check(dtype.ptr())) {
-    throw EngineryError("the dtype is a " + std::string(py::str(dtype.get_type().attr("__name__"))), where,
+    throw EngineryError("the dtype is a " + std::string(py::str(py::type::handle_of(dtype).attr("__name__"))), where,
                         "a torch.dtype (torch.bfloat16, torch.float16, torch.float32)");
   }
   return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;

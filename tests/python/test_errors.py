@@ -26,6 +26,13 @@ def test_bad_config_key_is_named(extra, named):
     assert isinstance(error.value, RuntimeError)
 
 
+def test_a_bad_cuda_kernel_switch_is_refused_when_the_engine_is_made(monkeypatch):
+    # not at the first kernel call inside a forward: the verl path refuses it where `enginery train` does
+    monkeypatch.setenv("ENGINERY_CUDA_KERNELS", "swiglu,no_such_kernel")
+    with pytest.raises(enginery.EngineryError, match="ENGINERY_CUDA_KERNELS.*no_such_kernel.*log_softmax"):
+        engine_with({})
+
+
 def test_unknown_backend_lists_the_registered_ones():
     with pytest.raises(enginery.EngineryError, match="fsdp"):
         enginery.new_engine("language_model", "no_such_backend", "cpu", common.CONFIG)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = REPO / "bench/fidelity/run_fidelity.py"
 spec = importlib.util.spec_from_file_location("run_fidelity", HARNESS)
@@ -50,6 +52,20 @@ def test_a_dtype_passes_only_when_its_medians_lie_within_the_reference_seed_rang
     assert rows["bf16"].rstrip(" |").endswith("PASS")
     assert rows["fp16"].rstrip(" |").endswith("FAIL")  # one good seed does not make a median
     assert "(1/3)" in rows["fp16"]  # steps to 90%: reached by one run of three
+
+
+def test_the_curve_gap_compares_same_seed_runs_and_the_reference_across_seeds(tmp_path):
+    def run(variant, seed, losses):
+        write_metrics(tmp_path / f"{variant}-{seed}" / "metrics.jsonl",
+                      [{"step": 0, "accuracy": 0.0}] + [{"step": t, "loss": v} for t, v in enumerate(losses, 1)])
+        return dict(result("fp32", seed, 0.95, 0.2), variant=variant, dir=str(tmp_path / f"{variant}-{seed}"))
+    results = [run("off", 1, [3.0, 2.0, 1.0]), run("off", 2, [3.0, 2.5, 2.0]), run("off", 3, [3.0, 1.0, 0.5]),
+               run("swiglu", 1, [3.0, 2.0, 1.3]), run("swiglu", 2, [3.0, 2.5, 2.0]), run("swiglu", 3, [3.0, 1.3, 0.5])]
+    _, groups = fidelity.summarise(results, ["fp32"], ["off", "swiglu"], [1, 2, 3], 0.9)
+    # the kernel's runs against the same seed without it: 0.1, 0 and 0.1
+    assert groups[("swiglu", "fp32")]["curve_gap"] == pytest.approx({"median": 0.1, "min": 0.0, "max": 0.1, "n": 3})
+    # the reference between its seeds: 1-2 (0.5), 1-3 (0.5), 2-3 (1.0)
+    assert groups[("off", "fp32")]["curve_gap"] == pytest.approx({"median": 0.5, "min": 0.5, "max": 1.0, "n": 3})
 
 
 def test_a_tiny_sweep_through_enginery_train(tmp_path):
