@@ -1,24 +1,20 @@
 #include "plugin/fsdp/checkpoint_plan.h"
 
-#include <map>
-
 #include "host_api/error.h"
+#include "plugin/fsdp/hf_param_names.h"
 
 namespace enginery {
 namespace fsdp {
 namespace ckpt {
 
 CheckpointPlan::CheckpointPlan(FsdpModule& fsdp, models::DecoderModel& model) : fsdp_(fsdp) {
-  // The units' names are prefixes the model chose; the table uses the model's own (Hugging Face) names, the first
-  // one where a tensor is shared (tied embeddings), as get_per_tensor_param does.
-  std::map<const void*, std::string> hf_names;
-  for (const auto& item : model.named_parameters()) hf_names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  // The table uses the model's own (Hugging Face) names, as get_per_tensor_param does.
+  const HfParamNames hf_names(model);
   for (auto& unit : fsdp_.units()) {
     std::vector<size_t> ids;
     for (size_t i = 0; i < unit.params().size(); ++i) {
-      auto it = hf_names.find(unit.params()[i].unsafeGetTensorImpl());
       ids.push_back(params_.size());
-      params_.push_back({it != hf_names.end() ? it->second : unit.param_names()[i], unit.layout().shape(i), "float32"});
+      params_.push_back({hf_names.of(unit, i), unit.layout().shape(i), "float32"});
     }
     unit_params_.push_back(std::move(ids));
   }

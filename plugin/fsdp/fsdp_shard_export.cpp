@@ -2,11 +2,11 @@
 // rank's fp32 master shard, by Hugging Face name, cast to the receiver's dtype, nothing gathered. Both layouts give
 // a rank one contiguous flat range of each parameter (shard_layout.h): the flat parameter cuts the concatenation,
 // the per-parameter layout cuts whole rows.
-#include <map>
 #include <utility>
 
 #include "host_api/error.h"
 #include "plugin/fsdp/fsdp_engine.h"
+#include "plugin/fsdp/hf_param_names.h"
 
 namespace enginery {
 namespace fsdp {
@@ -14,8 +14,8 @@ namespace {
 
 class UnitShardStream final : public ShardStream {
  public:
-  UnitShardStream(FsdpModule& fsdp, std::map<const void*, std::string> hf_names, c10::ScalarType dtype)
-      : fsdp_(fsdp), hf_names_(std::move(hf_names)), dtype_(dtype) {}
+  UnitShardStream(FsdpModule& fsdp, models::DecoderModel& model, c10::ScalarType dtype)
+      : fsdp_(fsdp), hf_names_(model), dtype_(dtype) {}
 
   std::vector<LocalShard> next() override {
     torch::NoGradGuard no_grad;
@@ -25,8 +25,7 @@ class UnitShardStream final : public ShardStream {
     const torch::Tensor& shard = unit.shard();  // fp32 [S], wherever the master lives (device, or host with offload)
     std::vector<LocalShard> group(layout.num_params());
     for (size_t i = 0; i < group.size(); ++i) {
-      auto it = hf_names_.find(unit.params()[i].unsafeGetTensorImpl());
-      group[i].name = it != hf_names_.end() ? it->second : unit.param_names()[i];
+      group[i].name = hf_names_.of(unit, i);
       group[i].full_shape = layout.shape(i);
       group[i].local = torch::empty({0}, shard.options().dtype(dtype_));
     }
@@ -46,7 +45,7 @@ class UnitShardStream final : public ShardStream {
 
  private:
   FsdpModule& fsdp_;
-  std::map<const void*, std::string> hf_names_;
+  HfParamNames hf_names_;
   c10::ScalarType dtype_;
   size_t next_unit_ = 0;
 };
@@ -86,9 +85,7 @@ ShardPlacement FSDPEngine::shard_placement() const {
 // is (host memory after to("cpu") or with engine.param_offload), which is where a delta sync between steps finds it.
 std::unique_ptr<ShardStream> FSDPEngine::export_shards(c10::ScalarType dtype) {
   if (!fsdp_) return std::make_unique<UnshardedShardStream>(*model_, dtype);
-  std::map<const void*, std::string> hf_names;
-  for (const auto& item : model_->named_parameters()) hf_names.emplace(item.value().unsafeGetTensorImpl(), item.key());
-  return std::make_unique<UnitShardStream>(*fsdp_, std::move(hf_names), dtype);
+  return std::make_unique<UnitShardStream>(*fsdp_, *model_, dtype);
 }
 
 }  // namespace fsdp

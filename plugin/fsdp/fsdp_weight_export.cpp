@@ -1,10 +1,10 @@
 // Weight export (docs/ARCHITECTURE.md, "The contract"): the full weights by Hugging Face name, one FSDP unit
 // gathered at a time in the receiver's dtype, so the extra memory is one unit and a bf16 export all-gathers half
 // the bytes of the fp32 masters.
-#include <map>
 #include <utility>
 
 #include "plugin/fsdp/fsdp_engine.h"
+#include "plugin/fsdp/hf_param_names.h"
 
 namespace enginery {
 namespace fsdp {
@@ -12,8 +12,8 @@ namespace {
 
 class UnitWeightStream final : public WeightStream {
  public:
-  UnitWeightStream(FsdpModule& fsdp, std::map<const void*, std::string> hf_names, c10::ScalarType dtype)
-      : fsdp_(fsdp), hf_names_(std::move(hf_names)), dtype_(dtype) {}
+  UnitWeightStream(FsdpModule& fsdp, models::DecoderModel& model, c10::ScalarType dtype)
+      : fsdp_(fsdp), hf_names_(model), dtype_(dtype) {}
 
   std::vector<NamedTensor> next() override {
     torch::NoGradGuard no_grad;
@@ -23,16 +23,14 @@ class UnitWeightStream final : public WeightStream {
     std::vector<NamedTensor> group;
     group.reserve(full.size());
     for (size_t i = 0; i < full.size(); ++i) {
-      // The units' names are prefixes chosen by the model; the model's own names are Hugging Face's.
-      auto it = hf_names_.find(unit.params()[i].unsafeGetTensorImpl());
-      group.push_back({it != hf_names_.end() ? it->second : unit.param_names()[i], std::move(full[i])});
+      group.push_back({hf_names_.of(unit, i), std::move(full[i])});
     }
     return group;
   }
 
  private:
   FsdpModule& fsdp_;
-  std::map<const void*, std::string> hf_names_;
+  HfParamNames hf_names_;
   c10::ScalarType dtype_;
   size_t next_unit_ = 0;
 };
@@ -61,9 +59,7 @@ class UnshardedWeightStream final : public WeightStream {
 std::unique_ptr<WeightStream> FSDPEngine::export_weights(c10::ScalarType dtype) {
   require_resident("weight export", /*model=*/true, /*optimizer=*/false, /*grad=*/false);
   if (!fsdp_) return std::make_unique<UnshardedWeightStream>(*model_, dtype);
-  std::map<const void*, std::string> hf_names;
-  for (const auto& item : model_->named_parameters()) hf_names.emplace(item.value().unsafeGetTensorImpl(), item.key());
-  return std::make_unique<UnitWeightStream>(*fsdp_, std::move(hf_names), dtype);
+  return std::make_unique<UnitWeightStream>(*fsdp_, *model_, dtype);
 }
 
 void FSDPEngine::get_per_tensor_param(
