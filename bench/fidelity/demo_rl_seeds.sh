@@ -4,7 +4,9 @@
 # table's "first eval" column is the warm-up's held-out exact match, the next one GRPO's at its last step.
 # WARMUP_DTYPE=fp32 (the default) starts every dtype's GRPO from one fp32 warm-up per seed (the dtype comparison:
 # the same start); WARMUP_DTYPE=each runs the warm-up in each dtype too (`make demo-rl` as a user runs it in that
-# dtype). All runs of a stage go through one harness call, so --jobs runs them side by side.
+# dtype; the verdict then compares runs from different starts, and the bar that counts is the gain). All runs of a
+# stage go through one harness call, so --jobs runs them side by side. The GRPO stage fails unless every run's
+# held-out exact match rises by MIN_GAIN (default 0.05) above its warm-up's.
 # Usage: bench/fidelity/demo_rl_seeds.sh OUT [SEEDS (default "1 2 3 4 5")] [DTYPES (default fp32)]
 #        [run_fidelity.py arguments for both stages, e.g. --device cuda --nproc 1 --jobs 5 --enginery build/bin/enginery]
 set -euo pipefail
@@ -33,4 +35,4 @@ for d in ${warmup_dtypes//,/ }; do
 done
 $py $harness --config examples/grpo.toml --dtypes "$dtypes" \
   --dtype-keys engine.mixed_precision.param_dtype,actor_rollout_ref.rollout.dtype --seeds "$seed_list" \
-  --out "$out/grpo" --set "model.path=\"$out/warmups/$warmup-s{seed}\"" "$@"
+  --out "$out/grpo" --set "model.path=\"$out/warmups/$warmup-s{seed}\"" --require-gain "${MIN_GAIN:-0.05}" "$@"

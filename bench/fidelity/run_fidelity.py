@@ -55,6 +55,9 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     p.add_argument("--require-accuracy", type=float, default=None,
                    help="fail (exit 1) unless every run ends at or above this held-out exact match")
+    p.add_argument("--require-gain", type=float, default=None,
+                   help="fail (exit 1) unless every run ends at least this much above its first held-out exact "
+                        "match (GRPO: above its warm-up)")
     p.add_argument("--from-results", nargs="+", metavar="JSONL",
                    help="run nothing: summarise the results.jsonl files of earlier sweeps (their runs/ folders, "
                         "for the curves, beside each file)")
@@ -168,6 +171,12 @@ def gaps_to(rows, reference_rows):
             for r in rows if r["rc"] == 0 and r["seed"] in curves]
 
 
+def gain(result):
+    """Last minus first held-out exact match (0 where either is missing)."""
+    first, last = result.get("first_accuracy"), result.get("accuracy")
+    return last - first if first is not None and last is not None else 0.0
+
+
 def spread(values):
     """median [min, max] of the values present, and how many there were."""
     xs = [v for v in values if v is not None]
@@ -213,15 +222,16 @@ def summarise(results, dtypes, variants, seeds, target):
             "steps_to_target": spread(r["steps_to_target"] for r in rows),
             "reached": sum(r["steps_to_target"] is not None for r in rows),
             "reward": spread(r["reward"] for r in rows),
+            "gain": spread(gain(r) for r in rows if r["rc"] == 0),
             "curve_gap": spread(gaps_to(rows, rows_of[reference_of[key]])),
         }
-    lines = [f"| kernels | dtype | runs (failed) | held-out exact match, first eval | held-out exact match | val loss | "
+    lines = [f"| kernels | dtype | runs (failed) | held-out exact match, first eval | held-out exact match | gain | val loss | "
              f"steps to {100 * target:.0f}% (reached) | final train reward | train curve gap | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (variant, dtype), g in groups.items():
         ref = groups[reference_of[(variant, dtype)]]
         lines.append(f"| {variant} | {dtype} | {g['runs']} ({g['failed']}) | {fmt(g['first_accuracy'], True)} | "
-                     f"{fmt(g['accuracy'], True)} | "
+                     f"{fmt(g['accuracy'], True)} | {fmt(g['gain'], True)} | "
                      f"{fmt(g['val_loss'])} | {fmt(g['steps_to_target'], digits=4)} ({g['reached']}/{g['runs']}) | "
                      f"{fmt(g['reward'])} | {fmt(g['curve_gap'])} | {verdict(g, ref)} |")
     seeds_text = ",".join(str(s) for s in seeds)
@@ -302,6 +312,11 @@ def main(argv):
         failed += [r for r in results if r["rc"] == 0 and (r["accuracy"] or 0.0) < args.require_accuracy]
         print(f"bar: every run >= {100 * args.require_accuracy:.0f}% held-out exact match: "
               f"{'PASS' if not failed else 'FAIL'}", flush=True)
+    if args.require_gain is not None:
+        short = [r for r in results if r["rc"] == 0 and gain(r) < args.require_gain]
+        print(f"bar: every run's held-out exact match rises by >= {100 * args.require_gain:.0f} points: "
+              f"{'PASS' if not short else 'FAIL'}", flush=True)
+        failed += [r for r in short if r not in failed]
     for r in failed:
         print(f"  {run_name(r['variant'], r['dtype'], r['seed'])}: rc {r['rc']}, accuracy {r['accuracy']} "
               f"(log: {r['log']})", flush=True)

@@ -68,6 +68,17 @@ def test_the_curve_gap_compares_same_seed_runs_and_the_reference_across_seeds(tm
     assert groups[("off", "fp32")]["curve_gap"] == pytest.approx({"median": 0.5, "min": 0.5, "max": 1.0, "n": 3})
 
 
+def test_the_gain_bar_fails_a_run_that_did_not_rise_above_its_start(tmp_path):
+    rows = [dict(result("fp32", 1, 0.80, 0.3), first_accuracy=0.30, dir=str(tmp_path / "s1"), log="s1.log"),
+            dict(result("fp32", 2, 0.35, 0.3), first_accuracy=0.31, dir=str(tmp_path / "s2"), log="s2.log")]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = ["--from-results", str(results), "--out", str(tmp_path / "summary"), "--enginery", "true"]
+    assert fidelity.main(common + ["--require-gain", "0.05"]) == 1  # seed 2 rose by 4 points
+    assert fidelity.main(common + ["--require-gain", "0.03"]) == 0
+    assert "| 27.0% [4.0%, 50.0%] |" in (tmp_path / "summary" / "table.md").read_text()  # the gain column
+
+
 def test_a_tiny_sweep_through_enginery_train(tmp_path):
     exe = os.environ["ENGINERY_EXE"]
     out = tmp_path / "sweep"
