@@ -58,6 +58,9 @@ def parse_args(argv):
     p.add_argument("--require-gain", type=float, default=None,
                    help="fail (exit 1) unless every run ends at least this much above its first held-out exact "
                         "match (GRPO: above its warm-up)")
+    p.add_argument("--require-reward-rise", type=float, default=None,
+                   help="GRPO: fail (exit 1) unless every run's sampled reward rises by this much (the mean of its "
+                        "last ten steps over that of its first ten)")
     p.add_argument("--from-results", nargs="+", metavar="JSONL",
                    help="run nothing: summarise the results.jsonl files of earlier sweeps (their runs/ folders, "
                         "for the curves, beside each file)")
@@ -113,9 +116,11 @@ def train(args, variant, dtype, seed, out):
 
 
 def read_metrics(path, target):
-    """First and final accuracy, final validation loss, first step at `target` accuracy, final training reward."""
+    """First and final accuracy, final validation loss, first step at `target` accuracy, final training reward and
+    its rise (the mean of the last ten sampled rewards minus that of the first ten)."""
     found = {"first_accuracy": None, "accuracy": None, "val_loss": None, "steps_to_target": None, "reward": None,
-             "steps": 0}
+             "reward_rise": None, "steps": 0}
+    rewards = []
     if not path.exists():
         return found
     for line in path.read_text().splitlines():
@@ -134,6 +139,10 @@ def read_metrics(path, target):
             found["val_loss"] = m["val_loss"]
         if m.get("critic/score/mean") is not None:
             found["reward"] = m["critic/score/mean"]
+            rewards.append(m["critic/score/mean"])
+    k = min(10, len(rewards) // 2)
+    if k > 0:
+        found["reward_rise"] = statistics.mean(rewards[-k:]) - statistics.mean(rewards[:k])
     return found
 
 
@@ -222,18 +231,20 @@ def summarise(results, dtypes, variants, seeds, target):
             "steps_to_target": spread(r["steps_to_target"] for r in rows),
             "reached": sum(r["steps_to_target"] is not None for r in rows),
             "reward": spread(r["reward"] for r in rows),
+            "reward_rise": spread(r.get("reward_rise") for r in rows),
             "gain": spread(gain(r) for r in rows if r["rc"] == 0),
             "curve_gap": spread(gaps_to(rows, rows_of[reference_of[key]])),
         }
     lines = [f"| kernels | dtype | runs (failed) | held-out exact match, first eval | held-out exact match | gain | val loss | "
-             f"steps to {100 * target:.0f}% (reached) | final train reward | train curve gap | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"steps to {100 * target:.0f}% (reached) | final train reward | its rise | train curve gap | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (variant, dtype), g in groups.items():
         ref = groups[reference_of[(variant, dtype)]]
         lines.append(f"| {variant} | {dtype} | {g['runs']} ({g['failed']}) | {fmt(g['first_accuracy'], True)} | "
                      f"{fmt(g['accuracy'], True)} | {fmt(g['gain'], True)} | "
                      f"{fmt(g['val_loss'])} | {fmt(g['steps_to_target'], digits=4)} ({g['reached']}/{g['runs']}) | "
-                     f"{fmt(g['reward'])} | {fmt(g['curve_gap'])} | {verdict(g, ref)} |")
+                     f"{fmt(g['reward'])} | {fmt(g['reward_rise'])} | {fmt(g['curve_gap'])} | "
+                     f"{verdict(g, ref)} |")
     seeds_text = ",".join(str(s) for s in seeds)
     lines.append("")
     lines.append(f"median [min, max] over seeds {seeds_text}. Verdict: with kernels {variants[0]}, each dtype against "
@@ -317,6 +328,11 @@ def main(argv):
         print(f"bar: every run's held-out exact match rises by >= {100 * args.require_gain:.0f} points: "
               f"{'PASS' if not short else 'FAIL'}", flush=True)
         failed += [r for r in short if r not in failed]
+    if args.require_reward_rise is not None:
+        flat = [r for r in results if r["rc"] == 0 and (r.get("reward_rise") or 0.0) < args.require_reward_rise]
+        print(f"bar: every run's sampled reward rises by >= {args.require_reward_rise:g}: "
+              f"{'PASS' if not flat else 'FAIL'}", flush=True)
+        failed += [r for r in flat if r not in failed]
     for r in failed:
         print(f"  {run_name(r['variant'], r['dtype'], r['seed'])}: rc {r['rc']}, accuracy {r['accuracy']} "
               f"(log: {r['log']})", flush=True)

@@ -32,7 +32,7 @@ def test_reads_final_accuracy_val_loss_first_step_at_target_and_reward(tmp_path)
     ])
     got = fidelity.read_metrics(metrics, 0.9)
     assert got == {"first_accuracy": 0.5, "accuracy": 0.88, "val_loss": 0.5, "steps_to_target": 200, "reward": 0.8,
-                   "steps": 300}
+                   "reward_rise": pytest.approx(0.7), "steps": 300}
     assert fidelity.read_metrics(tmp_path / "missing.jsonl", 0.9)["accuracy"] is None
 
 
@@ -68,15 +68,25 @@ def test_the_curve_gap_compares_same_seed_runs_and_the_reference_across_seeds(tm
     assert groups[("off", "fp32")]["curve_gap"] == pytest.approx({"median": 0.5, "min": 0.5, "max": 1.0, "n": 3})
 
 
-def test_the_gain_bar_fails_a_run_that_did_not_rise_above_its_start(tmp_path):
-    rows = [dict(result("fp32", 1, 0.80, 0.3), first_accuracy=0.30, dir=str(tmp_path / "s1"), log="s1.log"),
-            dict(result("fp32", 2, 0.35, 0.3), first_accuracy=0.31, dir=str(tmp_path / "s2"), log="s2.log")]
+def test_the_gain_bars_fail_a_run_that_did_not_rise_above_its_start(tmp_path):
+    def grpo_run(seed, first, last, rewards):
+        run_dir = tmp_path / "runs" / f"on-fp32-s{seed}"
+        write_metrics(run_dir / "metrics.jsonl",
+                      [{"step": 0, "accuracy": first, "val_loss": 0.3}]
+                      + [{"step": t, "critic/score/mean": v} for t, v in enumerate(rewards, 1)]
+                      + [{"step": len(rewards), "accuracy": last, "val_loss": 0.3}])
+        return dict(result("fp32", seed, last, 0.3), first_accuracy=first, dir=str(run_dir), log=f"s{seed}.log")
+    rows = [grpo_run(1, 0.30, 0.80, [0.5] * 10 + [0.7] * 10),  # +50 points, reward +0.2
+            grpo_run(2, 0.31, 0.35, [0.6] * 20)]                 # +4 points, reward flat
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     common = ["--from-results", str(results), "--out", str(tmp_path / "summary"), "--enginery", "true"]
-    assert fidelity.main(common + ["--require-gain", "0.05"]) == 1  # seed 2 rose by 4 points
-    assert fidelity.main(common + ["--require-gain", "0.03"]) == 0
-    assert "| 27.0% [4.0%, 50.0%] |" in (tmp_path / "summary" / "table.md").read_text()  # the gain column
+    assert fidelity.main(common + ["--require-gain", "0.05"]) == 1
+    assert fidelity.main(common + ["--require-reward-rise", "0.1"]) == 1
+    assert fidelity.main(common + ["--require-gain", "0.03", "--require-reward-rise", "0.0"]) == 0
+    table = (tmp_path / "summary" / "table.md").read_text()
+    assert "| 27.0% [4.0%, 50.0%] |" in table  # the held-out gain column
+    assert "| 0.1 [0, 0.2] |" in table  # the reward's rise
 
 
 def test_a_tiny_sweep_through_enginery_train(tmp_path):
