@@ -169,14 +169,24 @@ def curve_gap(a, b):
     return statistics.mean(abs(a[t] - b[t]) for t in steps) if steps else None
 
 
-def gaps_to(rows, reference_rows):
-    """Same-seed gaps of rows to reference_rows; for the reference itself, the gaps between its different seeds
-    (the scale a change is measured against: a kernel that moves training less than a new seed does is neutral)."""
+def parting_step(a, b, tolerance=0.01):
+    """The first step at which two runs' curves differ by more than `tolerance` of the second's value (None: they
+    never do). Rounding differences grow through training; this says for how long two runs stay one run."""
+    for t in sorted(a.keys() & b.keys()):
+        if abs(a[t] - b[t]) > tolerance * abs(b[t]):
+            return t
+    return None
+
+
+def compare_to(rows, reference_rows, measure):
+    """`measure`(curve, reference curve) for each run against the reference run of its seed; for the reference itself,
+    between its runs of different seeds (the scale a change is measured against: a kernel that moves training less
+    than a new seed does is neutral)."""
     curves = {r["seed"]: train_curve(r.get("dir")) for r in reference_rows if r["rc"] == 0}
     if rows is reference_rows:
         seeds = sorted(curves)
-        return [curve_gap(curves[s], curves[t]) for i, s in enumerate(seeds) for t in seeds[i + 1:]]
-    return [curve_gap(train_curve(r.get("dir")), curves[r["seed"]])
+        return [measure(curves[s], curves[t]) for i, s in enumerate(seeds) for t in seeds[i + 1:]]
+    return [measure(train_curve(r.get("dir")), curves[r["seed"]])
             for r in rows if r["rc"] == 0 and r["seed"] in curves]
 
 
@@ -233,17 +243,19 @@ def summarise(results, dtypes, variants, seeds, target):
             "reward": spread(r["reward"] for r in rows),
             "reward_rise": spread(r.get("reward_rise") for r in rows),
             "gain": spread(gain(r) for r in rows if r["rc"] == 0),
-            "curve_gap": spread(gaps_to(rows, rows_of[reference_of[key]])),
+            "curve_gap": spread(compare_to(rows, rows_of[reference_of[key]], curve_gap)),
+            "parts_at": spread(compare_to(rows, rows_of[reference_of[key]], parting_step)),
         }
     lines = [f"| kernels | dtype | runs (failed) | held-out exact match, first eval | held-out exact match | gain | val loss | "
-             f"steps to {100 * target:.0f}% (reached) | final train reward | its rise | train curve gap | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"steps to {100 * target:.0f}% (reached) | final train reward | its rise | train curve gap | parts at step | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (variant, dtype), g in groups.items():
         ref = groups[reference_of[(variant, dtype)]]
         lines.append(f"| {variant} | {dtype} | {g['runs']} ({g['failed']}) | {fmt(g['first_accuracy'], True)} | "
                      f"{fmt(g['accuracy'], True)} | {fmt(g['gain'], True)} | "
                      f"{fmt(g['val_loss'])} | {fmt(g['steps_to_target'], digits=4)} ({g['reached']}/{g['runs']}) | "
                      f"{fmt(g['reward'])} | {fmt(g['reward_rise'])} | {fmt(g['curve_gap'])} | "
+                     f"{fmt(g['parts_at'], digits=4)} | "
                      f"{verdict(g, ref)} |")
     seeds_text = ",".join(str(s) for s in seeds)
     lines.append("")
@@ -251,7 +263,8 @@ def summarise(results, dtypes, variants, seeds, target):
                  f"{dtypes[0]}; with other kernel settings, each dtype against itself with kernels {variants[0]}. PASS "
                  f"when its medians (accuracy, val loss) lie within the reference's seed range. Train curve gap: mean "
                  f"|difference| of the training loss (GRPO: sampled reward) per step to the reference run of the same "
-                 f"seed; in the reference row, between its runs of different seeds.")
+                 f"seed; in the reference row, between its runs of different seeds. Parts at step: the first step where those curves "
+                 f"differ by more than 1% (runs that never do are not counted; - when none does).")
     return "\n".join(lines), groups
 
 

@@ -66,6 +66,8 @@ def test_the_curve_gap_compares_same_seed_runs_and_the_reference_across_seeds(tm
     assert groups[("swiglu", "fp32")]["curve_gap"] == pytest.approx({"median": 0.1, "min": 0.0, "max": 0.1, "n": 3})
     # the reference between its seeds: 1-2 (0.5), 1-3 (0.5), 2-3 (1.0)
     assert groups[("off", "fp32")]["curve_gap"] == pytest.approx({"median": 0.5, "min": 0.5, "max": 1.0, "n": 3})
+    # the first step more than 1% apart: seed 1 at step 3, seed 3 at step 2, seed 2 never
+    assert groups[("swiglu", "fp32")]["parts_at"] == {"median": 2.5, "min": 2, "max": 3, "n": 2}
 
 
 def test_the_gain_bars_fail_a_run_that_did_not_rise_above_its_start(tmp_path):
