@@ -1,14 +1,9 @@
 #include "launch/local_launch.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <thread>
 
 #include "host_api/error.h"
@@ -37,32 +32,33 @@ std::vector<std::string> local_rank_variables(int rank, int nproc, int port, int
   return variables;
 }
 
-}  // namespace
-
-int free_tcp_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw EngineryError(std::string("socket: ") + std::strerror(errno), "launcher");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw EngineryError(std::string("cannot find a free port: ") + std::strerror(errno), "launcher");
+// The job's rendezvous store, served by the launcher for as long as the ranks run, on a port the kernel gives it
+// (as torchrun's agent store). A port found free and left for rank 0 to bind later can be taken in between: by
+// another job's launcher on a host running several (a sweep), which then failed with EADDRINUSE.
+c10::intrusive_ptr<c10d::TCPStore> serve_rendezvous_store() {
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;  // the ranks' check-in waits, and names who is missing (rendezvous.h)
+  try {
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw EngineryError("cannot serve the rendezvous store on 127.0.0.1: " + what.substr(0, what.find('\n')),
+                        "launcher");
   }
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
+
+}  // namespace
 
 LaunchResult launch_local(const LaunchOptions& options, std::ostream& out, std::ostream& err) {
   if (options.nproc < 1) throw EngineryError("--nproc must be at least 1", "--nproc");
+  const auto store = serve_rendezvous_store();
   SpawnOptions spawn;
   spawn.nproc = options.nproc;
   spawn.argv = {options.executable};
   spawn.argv.insert(spawn.argv.end(), options.args.begin(), options.args.end());
-  spawn.rank_env = [nproc = options.nproc, port = free_tcp_port(), threads = threads_per_rank(options)](int rank) {
+  spawn.rank_env = [nproc = options.nproc, port = store->getPort(), threads = threads_per_rank(options)](int rank) {
     return local_rank_variables(rank, nproc, port, threads);
   };
   spawn.out = &out;

@@ -24,13 +24,11 @@ struct LaunchOptions {
   int threads_per_rank = 0;        // OMP_NUM_THREADS for each rank unless already set; 0: cores / nproc
 };
 
-// Spawns the ranks (spawn_ranks: fork + exec, none outlives the launcher) with MASTER_ADDR 127.0.0.1 and a free
-// MASTER_PORT, forwards their stdout and stderr line by line prefixed with "[rank k] ", and waits. When a rank
-// exits non-zero the others get SIGTERM, then SIGKILL after grace_seconds; the result names that rank and its last
-// stderr line. Never hangs on a dead rank.
+// Serves the job's rendezvous store on 127.0.0.1 (rank 0 connects to it like the others; rendezvous.h), spawns the
+// ranks (spawn_ranks: fork + exec, none outlives the launcher) with MASTER_ADDR and MASTER_PORT naming it,
+// forwards their stdout and stderr line by line prefixed with "[rank k] ", and waits. When a rank exits non-zero
+// the others get SIGTERM, then SIGKILL after grace_seconds; the result names that rank and its last stderr line.
+// Never hangs on a dead rank.
 LaunchResult launch_local(const LaunchOptions& options, std::ostream& out, std::ostream& err);
-
-// A TCP port that was free a moment ago on 127.0.0.1.
-int free_tcp_port();
 
 }  // namespace enginery

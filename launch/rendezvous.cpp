@@ -45,6 +45,12 @@ std::string missing_ranks(c10d::Store& store, int64_t world_size) {
   return missing.empty() ? "the other ranks" : text;
 }
 
+// Rank 0 serves the store, except under our launcher, which serves it itself (local_launch.h).
+bool serves_store(const RankEnv& env) { return env.rank == 0 && !env.spawned_locally; }
+std::string store_server(const RankEnv& env) {
+  return env.spawned_locally ? "the launcher's rendezvous store" : "rank 0's rendezvous server";
+}
+
 // Connect (or serve), check in, wait for every rank: each step bounded by what is left of options.timeout.
 // Connecting: waiting for rank 0's server; checking in: connected, waiting for the other ranks.
 enum Phase : int { kConnecting = 0, kCheckingIn = 1 };
@@ -54,7 +60,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const RankEnv& env, const RendezvousO
   const auto deadline = Clock::now() + options.timeout;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
+  store_options.isServer = serves_store(env);
   store_options.numWorkers = static_cast<std::size_t>(env.world_size);
   store_options.waitWorkers = false;  // the check-in below waits instead, and can say who is missing
   store_options.timeout = options.timeout;
@@ -62,14 +68,16 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const RankEnv& env, const RendezvousO
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
-    if (env.rank == 0) {
+    if (serves_store(env)) {
       throw EngineryError(self + " could not serve the rendezvous at " + at + ": " + first_line(e), "rendezvous",
                           "a free MASTER_PORT on this host");
     }
-    throw EngineryError(self + " waited " + seconds_text(options.timeout) + " (" + options.setting +
-                            ") for rank 0's rendezvous server at " + at +
-                            " and could not connect: rank 0 has not started or is gone, or MASTER_ADDR/MASTER_PORT "
-                            "differ between ranks (" + first_line(e) + ")",
+    throw EngineryError(self + " waited " + seconds_text(options.timeout) + " (" + options.setting + ") for " +
+                            store_server(env) + " at " + at + " and could not connect: " +
+                            (env.spawned_locally ? std::string("the launcher is gone")
+                                                 : std::string("rank 0 has not started or is gone, or "
+                                                               "MASTER_ADDR/MASTER_PORT differ between ranks")) +
+                            " (" + first_line(e) + ")",
                         "rendezvous");
   }
   phase = kCheckingIn;
@@ -121,17 +129,18 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const RankEnv& env, const Rendez
   const auto grace = std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(3));
   if (result.wait_for(options.timeout + grace) != std::future_status::ready) {
     const std::string waited = self + " waited " + seconds_text(options.timeout) + " (" + options.setting + ") for ";
-    if (*phase == kConnecting && env.rank != 0) {
-      throw EngineryError(waited + "rank 0's rendezvous server at " + at +
+    if (*phase == kConnecting && !serves_store(env)) {
+      throw EngineryError(waited + store_server(env) + " at " + at +
                               " and got no answer: nothing accepted the connection, or rank 0 accepted it and never "
                               "replied (rank 0 not started, gone, stopped or hung, or MASTER_ADDR/MASTER_PORT differ "
                               "between ranks)",
                           "rendezvous");
     }
     throw EngineryError(waited + "the rendezvous store at " + at + " to answer: " +
-                            (env.rank == 0 ? std::string("its own store server never replied")
-                                           : std::string("rank 0's server stopped answering after this rank "
-                                                         "connected (rank 0 is stopped or hung)")),
+                            (serves_store(env) ? std::string("its own store server never replied")
+                                               : store_server(env) + " stopped answering after this rank "
+                                                 "connected (" + (env.spawned_locally ? "the launcher" : "rank 0") +
+                                                 " is stopped or hung)"),
                         "rendezvous");
   }
   return result.get();

@@ -1,9 +1,10 @@
 #pragma once
 // The rendezvous every rank of a job goes through before its world group exists (docs/ARCHITECTURE.md, "Launching
-// ranks"): rank 0 serves a TCPStore at MASTER_ADDR:MASTER_PORT, every rank connects and checks in under its own
-// key, and each waits until all have. Every wait in it is bounded, the connect to a server that accepted but never
-// answers included (c10d's own client waits on such a server forever), and an expired wait names this rank, what
-// it waited for (the server, or the ranks that never checked in) and the setting that bounds it.
+// ranks"): rank 0 serves a TCPStore at MASTER_ADDR:MASTER_PORT (under our launcher the launcher serves it and rank
+// 0 connects like the others: local_launch.h), every rank connects and checks in under its own key, and each waits
+// until all have. Every wait in it is bounded, the connect to a server that accepted but never answers included
+// (c10d's own client waits on such a server forever), and an expired wait names this rank, what it waited for (the
+// server, or the ranks that never checked in) and the setting that bounds it.
 #include <chrono>
 #include <string>
 

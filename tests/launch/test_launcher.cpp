@@ -36,6 +36,17 @@ TEST(Launcher, AllRanksSucceed) {
   EXPECT_NE(out.find("[rank 1] hello from rank 1 of 2"), std::string::npos) << out;
 }
 
+// The launcher serves the rendezvous store before any rank starts: no port is left free for another job to take
+// between the launcher choosing it and rank 0 binding it (two sweeps' launchers once collided so, EADDRINUSE).
+TEST(Launcher, TheRendezvousStoreIsServedBeforeAnyRankStarts) {
+  std::string out;
+  double seconds = 0;
+  LaunchResult r = launch({"connect"}, 5.0, &out, &seconds);
+  EXPECT_EQ(r.exit_code, 0) << out;
+  EXPECT_NE(out.find("[rank 0] rendezvous port accepts"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 1] rendezvous port accepts"), std::string::npos) << out;
+}
+
 TEST(Launcher, FailedRankStopsTheOthersWithItsMessage) {
   std::string out;
   double seconds = 0;
