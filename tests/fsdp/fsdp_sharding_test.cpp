@@ -2,6 +2,7 @@
 // global batch gives the parameters and grad norms of an unsharded fp32 reference (plain model, torch AdamW).
 #include <gtest/gtest.h>
 
+#include "plugin/fsdp/fsdp_module.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
 
@@ -107,6 +108,21 @@ TEST(ShardingReduceDtype, Fp16ReductionIsCloseButNotExact) {
     }
     EXPECT_NE(norms[0], norms[1]);
     EXPECT_NEAR(norms[1], norms[0], 2e-3 * norms[0]);
+  });
+}
+
+// HSDP's shard and replicate subgroups wait as long as the host's world group (trainer.collective_timeout_s), not
+// the backend's own default (Gloo's half hour): a peer lost inside a subgroup fails the step like one in the world.
+TEST(ShardingHsdp, SubgroupsTakeTheWorldGroupsTimeout) {
+  testing::run_ranks(4, [](const testing::RankContext& ctx) {
+    const std::chrono::milliseconds timeout(7000);
+    auto world = compat::make_gloo_group(c10::make_intrusive<c10d::PrefixStore>("timeout_world", ctx.store),
+                                         ctx.rank, 4, timeout);
+    const auto groups = fsdp::DpGroups::create(make_args("fsdp", "fp32", ctx.rank, 4, world, ctx.store), 2);
+    ASSERT_EQ(groups.shard->size(), 2);
+    ASSERT_EQ(groups.replicate->size(), 2);
+    EXPECT_EQ(groups.shard->group()->getBackendOptions()->timeout, timeout);
+    EXPECT_EQ(groups.replicate->group()->getBackendOptions()->timeout, timeout);
   });
 }
 
