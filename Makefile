@@ -11,7 +11,7 @@ export TORCH_CUDA_ARCH_LIST ?= $(shell nvidia-smi --query-gpu=compute_cap --form
 PYTHON = $(VENV)/bin/python
 WHEEL_DIR = $(BUILD)/dist
 
-.PHONY: demo demo-rl test bench-demo-seeds bench-fidelity-cpu deps venv install clean
+.PHONY: demo demo-rl test bench-demo-seeds bench-demo-rl-seeds bench-fidelity-cpu deps venv install clean
 
 demo: TESTS = OFF
 demo: install
@@ -38,6 +38,11 @@ bench-demo-seeds: TESTS = OFF
 bench-demo-seeds: install
 	$(PYTHON) bench/fidelity/run_fidelity.py --enginery $(VENV)/bin/enginery --dtypes fp32 --seeds 1-5 \
 	  --require-accuracy 0.95 --out runs/bench-demo-seeds
+# demo-rl's bar: its warm-up and GRPO on seeds 1-5, every run's sampled reward rising by >= 0.03
+bench-demo-rl-seeds: TESTS = OFF
+bench-demo-rl-seeds: install
+	PYTHON=$(PYTHON) bench/fidelity/demo_rl_seeds.sh runs/bench-demo-rl-seeds "1 2 3 4 5" fp32 \
+	  --enginery $(VENV)/bin/enginery
 bench-fidelity-cpu: TESTS = OFF
 bench-fidelity-cpu: install
 	$(PYTHON) bench/fidelity/run_fidelity.py --enginery $(VENV)/bin/enginery --dtypes fp32,bf16,fp16 --seeds 1-5 \
