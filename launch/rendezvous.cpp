@@ -130,10 +130,13 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const RankEnv& env, const Rendez
   if (result.wait_for(options.timeout + grace) != std::future_status::ready) {
     const std::string waited = self + " waited " + seconds_text(options.timeout) + " (" + options.setting + ") for ";
     if (*phase == kConnecting && !serves_store(env)) {
-      throw EngineryError(waited + store_server(env) + " at " + at +
-                              " and got no answer: nothing accepted the connection, or rank 0 accepted it and never "
-                              "replied (rank 0 not started, gone, stopped or hung, or MASTER_ADDR/MASTER_PORT differ "
-                              "between ranks)",
+      throw EngineryError(waited + store_server(env) + " at " + at + " and got no answer: " +
+                              (env.spawned_locally
+                                   ? std::string("the launcher's store accepted the connection and never replied "
+                                                 "(the launcher is stopped or hung)")
+                                   : std::string("nothing accepted the connection, or rank 0 accepted it and never "
+                                                 "replied (rank 0 not started, gone, stopped or hung, or "
+                                                 "MASTER_ADDR/MASTER_PORT differ between ranks)")),
                           "rendezvous");
     }
     throw EngineryError(waited + "the rendezvous store at " + at + " to answer: " +

@@ -246,9 +246,10 @@ def summarise(results, dtypes, variants, seeds, target):
             "curve_gap": spread(compare_to(rows, rows_of[reference_of[key]], curve_gap)),
             "parts_at": spread(compare_to(rows, rows_of[reference_of[key]], parting_step)),
         }
-    lines = [f"| kernels | dtype | runs (failed) | held-out exact match, first eval | held-out exact match | gain | val loss | "
-             f"steps to {100 * target:.0f}% (reached) | final train reward | its rise | train curve gap | parts at step | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    columns = ["kernels", "dtype", "runs (failed)", "held-out exact match, first eval", "held-out exact match", "gain",
+               "val loss", f"steps to {100 * target:.0f}% (reached)", "final train reward", "its rise",
+               "train curve gap", "parts at step", "verdict"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for (variant, dtype), g in groups.items():
         ref = groups[reference_of[(variant, dtype)]]
         lines.append(f"| {variant} | {dtype} | {g['runs']} ({g['failed']}) | {fmt(g['first_accuracy'], True)} | "
@@ -263,8 +264,8 @@ def summarise(results, dtypes, variants, seeds, target):
                  f"{dtypes[0]}; with other kernel settings, each dtype against itself with kernels {variants[0]}. PASS "
                  f"when its medians (accuracy, val loss) lie within the reference's seed range. Train curve gap: mean "
                  f"|difference| of the training loss (GRPO: sampled reward) per step to the reference run of the same "
-                 f"seed; in the reference row, between its runs of different seeds. Parts at step: the first step where those curves "
-                 f"differ by more than 1% (runs that never do are not counted; - when none does).")
+                 f"seed; in the reference row, between its runs of different seeds. Parts at step: the first step "
+                 f"where those curves differ by more than 1% (runs that never do are not counted; - when none does).")
     return "\n".join(lines), groups
 
 

@@ -14,8 +14,8 @@ MetaValue meta_from(const std::string& key, const py::handle& value) {
   if (py::isinstance<py::int_>(value)) return value.cast<int64_t>();
   if (py::isinstance<py::float_>(value)) return value.cast<double>();
   if (py::isinstance<py::str>(value)) return value.cast<std::string>();
-  throw EngineryError("batch['" + key + "'] is a " + std::string(py::str(py::type::handle_of(value).attr("__name__"))),
-                      "forward_backward_batch", kBatchAllowed);
+  const std::string type_name = py::str(py::type::handle_of(value).attr("__name__"));
+  throw EngineryError("batch['" + key + "'] is a " + type_name, "forward_backward_batch", kBatchAllowed);
 }
 
 py::object object_from(const MetaValue& value) {
