@@ -51,19 +51,6 @@ UnreadKey loss_key(const TrainConfig& c, const std::string& key) {
   return {};
 }
 
-// data.digits, train_size and val_size shape builtin:addition, and only where it is used: digits wherever it is,
-// train_size as the training data, val_size as the held-out data (the training split's own, or val_files').
-UnreadKey builtin_data_key(const DataSection& d, const std::string& key) {
-  const bool train = is_builtin_addition(d.train_files);
-  const bool val = d.val_files.empty() ? train : is_builtin_addition(d.val_files);
-  const bool read = key == "data.digits" ? train || val : key == "data.train_size" ? train : val;
-  if (read) return {};
-  const std::string files = key == "data.train_size" ? "data.train_files" : "data.train_files or data.val_files";
-  return {"is read only by the builtin:addition data (data.train_files = \"" + d.train_files +
-              "\", data.val_files = \"" + d.val_files + "\")",
-          files + " = \"builtin:addition\", or leave the key out"};
-}
-
 }  // namespace
 
 UnreadKey why_not_read(const TrainConfig& c, const std::string& key) {
@@ -76,7 +63,6 @@ UnreadKey why_not_read(const TrainConfig& c, const std::string& key) {
     return {"is read only for .jsonl data (data.train_files = \"" + c.data.train_files + "\")",
             "a .jsonl data.train_files or data.val_files, or leave the key out"};
   }
-  if (key == "data.digits" || key == "data.train_size" || key == "data.val_size") return builtin_data_key(c.data, key);
   if (key == "model.tokenizer_path") {
     return {"is not read: enginery takes token ids and loads no tokenizer", "leave the key out"};
   }

@@ -76,30 +76,6 @@ TEST(ConfigReads, LossKeysOfAnotherLossAreRefused) {
   EXPECT_EQ(reads_error(base, {"loss.type=value", "loss.cliprange_value=0.2"}), "no error");
 }
 
-TEST(ConfigReads, BuiltinDataKeysWithFileDataAreRefused) {
-  const std::string base = reads_config("data.toml", kSftOnly);
-  EXPECT_EQ(reads_error(base, {"data.train_files=d.jsonl", "data.val_size=64"}),
-            "--set data.val_size=64: data.val_size is read only by the builtin:addition data (data.train_files = "
-            "\"d.jsonl\", data.val_files = \"\") (allowed: data.train_files or data.val_files = "
-            "\"builtin:addition\", or leave the key out)");
-  EXPECT_NE(reads_error(base, {"data.train_files=d.bin", "data.digits=2"}).find("data.digits is read only by the "
-                                                                                 "builtin:addition data"),
-            std::string::npos);
-  // builtin training data with file held-out data: its train_size and digits are read, val_size is not
-  EXPECT_EQ(reads_error(base, {"data.val_files=v.jsonl", "data.train_size=100", "data.digits=2"}), "no error");
-  EXPECT_NE(reads_error(base, {"data.val_files=v.jsonl", "data.val_size=10"}).find("data.val_size is read only"),
-            std::string::npos);
-  // file training data with builtin held-out data: digits and val_size are read, train_size is not
-  EXPECT_EQ(reads_error(base, {"data.train_files=d.jsonl", "data.val_files=builtin:addition", "data.digits=2",
-                               "data.val_size=10"}),
-            "no error");
-  EXPECT_NE(reads_error(base, {"data.train_files=d.jsonl", "data.val_files=builtin:addition",
-                               "data.train_size=10"})
-                .find("data.train_size is read only by the builtin:addition data"),
-            std::string::npos);
-  EXPECT_EQ(reads_error(base, {"data.digits=2", "data.train_size=100", "data.val_size=10"}), "no error");
-}
-
 TEST(ConfigReads, UnderGrpoLossKeysAndTheKlKeysWithoutKlAreRefused) {
   const std::string grpo = reads_config("grpo.toml", kGrpoOnly);
   EXPECT_EQ(reads_error(grpo), "no error");
