@@ -55,7 +55,9 @@ void check_generation_settings(const SamplingParams& p, const GenerationTarget& 
                             ") exceeds max_position_embeddings = " + std::to_string(t.max_positions) + " of " +
                             t.model,
                         names.max_new_tokens.where,
-                        "1.." + std::to_string(std::max<int64_t>(t.max_positions - t.longest_prompt, 0)));
+                        t.max_positions > t.longest_prompt
+                            ? "1.." + std::to_string(t.max_positions - t.longest_prompt)
+                            : std::string("none: the prompt alone fills max_position_embeddings; shorten it"));
   }
   check_dtype_on_device(t.dtype, t.device, t.model_type, names.dtype);
 }
@@ -64,7 +66,8 @@ void check_dtype_on_device(c10::ScalarType dtype, const c10::Device& device, con
                            const SettingName& name) {
   const std::string dtype_name = PrecisionType::to_str(dtype);
   if (device.is_cuda() && !torch::cuda::is_available()) {
-    throw EngineryError(name.key + " = " + dtype_name + ": no CUDA device is available", name.where, "cpu");
+    throw EngineryError(name.key + " = " + dtype_name + " would run on cuda, and no CUDA device is available",
+                        name.where, "the device set to cpu, or a machine with a CUDA GPU");
   }
   ModelConfig probe;
   probe.path = "builtin:" + (model_type.empty() ? std::string("qwen2") : model_type) + "-tiny";

@@ -16,9 +16,15 @@ from pathlib import Path
 
 def pick(run_dir, minimum):
     run = Path(run_dir)
+    metrics = run / "metrics.jsonl"
+    if not metrics.exists():
+        raise SystemExit(f"pick_warmup.py: {metrics} does not exist; RUN_DIR is the SFT run's output folder")
     best = (None, -1.0)
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        m = json.loads(line)
+    for line in metrics.read_text().splitlines():
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a run that was killed mid-write
+            continue
         accuracy = m.get("accuracy")
         if accuracy is None:
             continue
@@ -29,13 +35,16 @@ def pick(run_dir, minimum):
             return export, accuracy
         if accuracy > best[1]:
             best = (m["step"], accuracy)
+    if best[0] is None:
+        raise SystemExit(f"pick_warmup.py: no evaluated step of {run} has a saved Hugging Face export; run the SFT "
+                         f"with trainer.save_freq = trainer.test_freq and \"hf_model\" in checkpoint.save_contents")
     raise SystemExit(f"pick_warmup.py: no checkpoint of {run} reached {100 * minimum:.0f}% held-out exact match "
                      f"(best: {100 * best[1]:.1f}% at step {best[0]}); train longer or lower MIN")
 
 
 if __name__ == "__main__":
     if len(sys.argv) not in (2, 3):
-        raise SystemExit(__doc__.strip().splitlines()[-1])
+        raise SystemExit("usage: pick_warmup.py RUN_DIR [MIN]")
     export, accuracy = pick(sys.argv[1], float(sys.argv[2]) if len(sys.argv) == 3 else 0.25)
     print(f"pick_warmup.py: {export} ({100 * accuracy:.1f}% held-out exact match)", file=sys.stderr)
     print(export)

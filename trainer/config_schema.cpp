@@ -88,7 +88,7 @@ void visit_optim_data_loss(ConfigVisitor& v, TrainConfig& c) {
   v.field("data.val_size", d.val_size);
 
   LossSection& l = c.loss;
-  v.choice("loss.type", l.type, {"sft", "ppo", "value"});
+  v.choice("loss.type", l.type, kLossTypes);
   v.field("loss.clip_ratio", l.clip_ratio);
   v.field("loss.clip_ratio_low", l.clip_ratio_low);
   v.field("loss.clip_ratio_high", l.clip_ratio_high);

@@ -143,8 +143,11 @@ void keep(std::vector<T>& values, size_t begin, size_t count) {
                           values.begin() + static_cast<std::ptrdiff_t>(begin + count));
 }
 
+// The fields every row may carry, whatever the loss.
+const std::vector<std::string> kBaseRowFields = {"input_ids", "loss_mask", "attention_mask", "length"};
+
 void check_field_names(const nlohmann::json& row, const std::string& where, const JsonlOptions& options) {
-  std::set<std::string> known = {"input_ids", "loss_mask", "attention_mask", "length"};
+  std::set<std::string> known(kBaseRowFields.begin(), kBaseRowFields.end());
   known.insert(options.loss_inputs.begin(), options.loss_inputs.end());
   for (const auto& item : row.items()) {
     const std::string& name = item.key();
@@ -164,7 +167,7 @@ void check_field_names(const nlohmann::json& row, const std::string& where, cons
 }  // namespace
 
 std::string allowed_row_fields(const JsonlOptions& options) {
-  std::vector<std::string> names = {"input_ids", "loss_mask", "attention_mask", "length"};
+  std::vector<std::string> names = kBaseRowFields;
   names.insert(names.end(), options.loss_inputs.begin(), options.loss_inputs.end());
   return join(names);
 }
@@ -190,7 +193,6 @@ Example parse_jsonl_row(const nlohmann::json& row, const std::string& where, int
       }
     }
   }
-  const bool keep_inputs = options.require_loss_inputs;
   for (const std::string& name : options.loss_inputs) {
     if (!row.contains(name)) {
       if (!options.require_loss_inputs) continue;
@@ -198,7 +200,8 @@ Example parse_jsonl_row(const nlohmann::json& row, const std::string& where, int
                           "rows with " + join(options.loss_inputs));
     }
     std::vector<float> values = float_field(row, name, n, where);
-    if (keep_inputs) ex.extras[name] = std::move(values);  // evaluation reads none: a val row's are checked only
+    // evaluation reads none: a val row's are checked only
+    if (options.require_loss_inputs) ex.extras[name] = std::move(values);
   }
 
   // Padding goes; then a row longer than data.max_length is refused or cut as data.truncation says.

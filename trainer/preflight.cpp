@@ -25,7 +25,7 @@ JsonlOptions jsonl_options(const TrainConfig& c, const std::string& split) {
   options.loss_inputs = required_inputs(c.loss);
   options.require_loss_inputs = split == "train";
   options.loss_name = "loss.type = " + c.loss.type;
-  for (const std::string type : {"sft", "ppo", "value"}) {
+  for (const std::string& type : kLossTypes) {
     LossSection other;
     other.type = type;
     for (const std::string& name : required_inputs(other)) {

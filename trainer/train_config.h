@@ -60,6 +60,9 @@ struct DataSection {
   int64_t val_size = 256;      // builtin:addition: held-out examples evaluated every test_freq steps
 };
 
+// loss.type's values: the schema's choice, and each loss's inputs a .jsonl row may carry.
+inline const std::vector<std::string> kLossTypes = {"sft", "ppo", "value"};
+
 // The objective. verl keeps these in actor.* / critic.*; here one small section.
 struct LossSection {
   std::string type = "sft";  // sft | ppo | value

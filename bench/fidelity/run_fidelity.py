@@ -18,6 +18,7 @@ verdict reads, and the final training reward (critic/score/mean) is reported bes
 """
 import argparse
 import concurrent.futures
+import functools
 import json
 import os
 import statistics
@@ -115,19 +116,27 @@ def train(args, variant, dtype, seed, out):
     return result
 
 
+def metric_rows(path):
+    """The rows of a run's metrics.jsonl, a half-written last line skipped; none when there is no file."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def read_metrics(path, target):
     """First and final accuracy, final validation loss, first step at `target` accuracy, final training reward and
     its rise (the mean of the last ten sampled rewards minus that of the first ten)."""
     found = {"first_accuracy": None, "accuracy": None, "val_loss": None, "steps_to_target": None, "reward": None,
              "reward_rise": None, "steps": 0}
     rewards = []
-    if not path.exists():
-        return found
-    for line in path.read_text().splitlines():
-        try:
-            m = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for m in metric_rows(path):
         found["steps"] = max(found["steps"], m.get("step", 0))
         if m.get("accuracy") is not None:
             if found["first_accuracy"] is None:
@@ -146,17 +155,14 @@ def read_metrics(path, target):
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def train_curve(run_dir):
-    """step -> the training signal: GRPO's sampled reward where there is one, else the training loss."""
-    path = Path(run_dir or "") / "metrics.jsonl"
-    if not run_dir or not path.exists():
+    """step -> the training signal: GRPO's sampled reward where there is one, else the training loss. Cached: a
+    summary compares each finished run with several others."""
+    if not run_dir:
         return {}
     curve = {}
-    for line in path.read_text().splitlines():
-        try:
-            m = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for m in metric_rows(Path(run_dir) / "metrics.jsonl"):
         value = m.get("critic/score/mean", m.get("loss"))
         if value is not None and "step" in m:
             curve[m["step"]] = value

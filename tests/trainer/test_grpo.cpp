@@ -427,7 +427,8 @@ TEST(GrpoRolloutSettings, ResponseLengthBeyondThePositionsIsRefusedBeforeAllocat
                                     {"rollout.dtype", "x.toml:3:9"});
       ADD_FAILURE() << "cuda accepted on a machine without it";
     } catch (const EngineryError& e) {
-      EXPECT_EQ(std::string(e.what()), "x.toml:3:9: rollout.dtype = bf16: no CUDA device is available (allowed: cpu)");
+      EXPECT_EQ(std::string(e.what()), "x.toml:3:9: rollout.dtype = bf16 would run on cuda, and no CUDA device is "
+                                       "available (allowed: the device set to cpu, or a machine with a CUDA GPU)");
     }
   }
 }
