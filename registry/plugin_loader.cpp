@@ -43,7 +43,6 @@ std::string join(const std::vector<std::string>& parts) {
 
 struct Candidate {
   fs::path manifest;
-  std::string search_source;
   std::vector<size_t> dirs;  // indices into the search path of every directory that reached this manifest
 };
 
@@ -249,7 +248,7 @@ PluginLoadReport PluginLoader::load(EngineRegistry& registry) const {
       fs::path manifest = fs::absolute(plugin_dir / kManifestFileName).lexically_normal();
       fs::path identity = fs::weakly_canonical(manifest, ec);
       auto [it, inserted] = seen.emplace(ec ? manifest : identity, candidates.size());
-      if (inserted) candidates.push_back({manifest, dir.source, {}});
+      if (inserted) candidates.push_back({manifest, {}});
       candidates[it->second].dirs.push_back(d);
     }
   }

@@ -6,7 +6,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -67,14 +66,19 @@ bool serving(int port) {
   return ok;
 }
 
+// The start of the error `rank` prints when its 3 s rendezvous expires (launch/rendezvous.h).
+std::string waited_3s(int rank) {
+  const std::string r = "rank " + std::to_string(rank);
+  return "enginery train: error: " + r + ": rendezvous: " + r + " waited 3 s (trainer.rendezvous_timeout_s) for ";
+}
+
 // Rank 0 alone: rank 1 never arrives. Plugin loading comes before the rendezvous, hence the margin.
 TEST_F(RendezvousTimeout, RankZeroNamesTheRankThatNeverArrived) {
   const int port = test_port(0);
   const CommandResult r = run_rank(0, port, 3);
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_TRUE(has(r.output, "enginery train: error: rank 0: rendezvous: rank 0 waited 3 s "
-                            "(trainer.rendezvous_timeout_s) for rank 1 to join the rendezvous at 127.0.0.1:" +
-                                std::to_string(port) + ": never arrived"))
+  EXPECT_TRUE(has(r.output, waited_3s(0) + "rank 1 to join the rendezvous at 127.0.0.1:" + std::to_string(port) +
+                                ": never arrived"))
       << r.output;
   EXPECT_LT(r.seconds, 20.0) << r.output;
 }
@@ -84,9 +88,7 @@ TEST_F(RendezvousTimeout, AnotherRankNamesTheServerItCouldNotReach) {
   const int port = test_port(1);
   const CommandResult r = run_rank(1, port, 3);
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_TRUE(has(r.output, "enginery train: error: rank 1: rendezvous: rank 1 waited 3 s "
-                            "(trainer.rendezvous_timeout_s) for rank 0's rendezvous server at 127.0.0.1:" +
-                                std::to_string(port)))
+  EXPECT_TRUE(has(r.output, waited_3s(1) + "rank 0's rendezvous server at 127.0.0.1:" + std::to_string(port)))
       << r.output;
   EXPECT_LT(r.seconds, 25.0) << r.output;
 }
@@ -117,9 +119,7 @@ TEST_F(RendezvousTimeout, AStoppedRankZeroFailsTheOtherRankWithinTheTimeout) {
 
   const CommandResult r = run_rank(1, port, 3);
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_TRUE(has(r.output, "enginery train: error: rank 1: rendezvous: rank 1 waited 3 s "
-                            "(trainer.rendezvous_timeout_s) for rank 0's rendezvous server at 127.0.0.1:" +
-                                std::to_string(port)))
+  EXPECT_TRUE(has(r.output, waited_3s(1) + "rank 0's rendezvous server at 127.0.0.1:" + std::to_string(port)))
       << r.output;
   EXPECT_TRUE(has(r.output, "rank 0 accepted it and never replied")) << r.output;
   EXPECT_LT(r.seconds, 25.0) << r.output;
