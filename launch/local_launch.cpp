@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "host_api/error.h"
+#include "support/torch_errors.h"
 #include "launch/spawn.h"
 
 namespace enginery {
@@ -43,9 +44,8 @@ c10::intrusive_ptr<c10d::TCPStore> serve_rendezvous_store() {
   try {
     return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
   } catch (const std::exception& e) {
-    const std::string what = e.what();
-    throw EngineryError("cannot serve the rendezvous store on 127.0.0.1: " + what.substr(0, what.find('\n')),
-                        "launcher");
+    throw EngineryError("cannot serve the rendezvous store on 127.0.0.1: " + compat::error_first_line(e), "launcher",
+                        "a host where this process may listen on a loopback TCP port");
   }
 }
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -13,18 +12,12 @@
 #include <vector>
 
 #include "host_api/error.h"
+#include "support/torch_errors.h"
 
 namespace enginery {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The first line of c10d's message, without LibTorch's backtrace.
-std::string first_line(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
-  return text.substr(0, text.find('\n'));
-}
 
 std::string seconds_text(std::chrono::milliseconds d) {
   std::ostringstream out;
@@ -69,15 +62,15 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const RankEnv& env, const RendezvousO
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
     if (serves_store(env)) {
-      throw EngineryError(self + " could not serve the rendezvous at " + at + ": " + first_line(e), "rendezvous",
-                          "a free MASTER_PORT on this host");
+      throw EngineryError(self + " could not serve the rendezvous at " + at + ": " + compat::error_first_line(e),
+                          "rendezvous", "a free MASTER_PORT on this host");
     }
     throw EngineryError(self + " waited " + seconds_text(options.timeout) + " (" + options.setting + ") for " +
                             store_server(env) + " at " + at + " and could not connect: " +
                             (env.spawned_locally ? std::string("the launcher is gone")
                                                  : std::string("rank 0 has not started or is gone, or "
                                                                "MASTER_ADDR/MASTER_PORT differ between ranks")) +
-                            " (" + first_line(e) + ")",
+                            " (" + compat::error_first_line(e) + ")",
                         "rendezvous");
   }
   phase = kCheckingIn;
@@ -89,11 +82,9 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const RankEnv& env, const RendezvousO
   try {
     store->wait(keys, left);
   } catch (const std::exception& e) {
-    std::string text = first_line(e);
-    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (text.find("timeout") == std::string::npos && text.find("timed out") == std::string::npos) {
+    if (!compat::error_says_timeout(e)) {
       throw EngineryError(self + " lost the rendezvous at " + at + " while waiting for the other ranks (rank 0 "
-                              "exited?): " + first_line(e),
+                              "exited?): " + compat::error_first_line(e),
                           "rendezvous");
     }
     throw EngineryError(self + " waited " + seconds_text(options.timeout) + " (" + options.setting + ") for " +

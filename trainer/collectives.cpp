@@ -1,27 +1,14 @@
 #include "trainer/collectives.h"
 
-#include <algorithm>
-#include <cctype>
-
 #include "host_api/error.h"
+#include "support/torch_errors.h"
 
 namespace enginery {
-namespace {
-
-// c10::Error's what() carries a C++ backtrace; the user needs the first line.
-std::string message_of(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
-  return e.what();
-}
-
-}  // namespace
 
 bool is_collective_timeout(const std::exception& e) {
   // Our own errors (already named, possibly naming the timeout key) pass through as they are.
   if (dynamic_cast<const EngineryError*>(&e) != nullptr) return false;
-  std::string text = message_of(e);
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  return text.find("timed out") != std::string::npos || text.find("timeout") != std::string::npos;
+  return compat::error_says_timeout(e);
 }
 
 void throw_collective_failure(const std::string& what, int64_t rank, const std::exception& e) {
@@ -29,10 +16,10 @@ void throw_collective_failure(const std::string& what, int64_t rank, const std::
   if (is_collective_timeout(e)) {
     throw EngineryError(rank_text + " waited longer than trainer.collective_timeout_s for the other ranks (one of "
                                     "them is stopped, hung or gone; raise the setting if a step legitimately takes "
-                                    "that long): " + message_of(e),
+                                    "that long): " + compat::error_message(e),
                         what);
   }
-  throw EngineryError(rank_text + " failed: " + message_of(e), what);
+  throw EngineryError(rank_text + " failed: " + compat::error_message(e), what);
 }
 
 std::vector<double> all_reduce(const c10::intrusive_ptr<compat::CommGroup>& group, std::vector<double> values,
