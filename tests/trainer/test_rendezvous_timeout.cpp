@@ -72,6 +72,16 @@ std::string waited_3s(int rank) {
   return "enginery train: error: " + r + ": rendezvous: " + r + " waited 3 s (trainer.rendezvous_timeout_s) for ";
 }
 
+// A rank started as torchrun starts it refuses a bad ENGINERY_CUDA_KERNELS before it waits for any other rank.
+TEST_F(RendezvousTimeout, ABadKernelSwitchStopsARankBeforeTheRendezvous) {
+  const CommandResult r =
+      enginery::test_support::run_shell("ENGINERY_CUDA_KERNELS=swiglu,nope " + rank_command(0, test_port(0), 60));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "ENGINERY_CUDA_KERNELS is \"swiglu,nope\": \"nope\" is no kernel")) << r.output;
+  EXPECT_FALSE(has(r.output, "rendezvous")) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+}
+
 // Rank 0 alone: rank 1 never arrives. Plugin loading comes before the rendezvous, hence the margin.
 TEST_F(RendezvousTimeout, RankZeroNamesTheRankThatNeverArrived) {
   const int port = test_port(0);

@@ -43,6 +43,8 @@ int run_train(const TrainOptions& o) {
   try {
     config = load_train_config(o.config, overrides);
     env = rank_env_from_environment();
+    // A bad ENGINERY_CUDA_KERNELS stops here, before any rank starts or (under torchrun, srun) joins a rendezvous.
+    kernels::enabled_kernels_summary();
   } catch (const EngineryError& e) {
     std::cerr << "enginery train: error: " << e.what() << std::endl;
     return kConfigError;
@@ -69,7 +71,6 @@ int run_train(const TrainOptions& o) {
   try {
     if (o.nproc < 1) throw EngineryError("must be at least 1, got " + std::to_string(o.nproc), "--nproc");
     preflight_data(config, o.nproc, device);
-    kernels::enabled_kernels_summary();  // a bad ENGINERY_CUDA_KERNELS stops here, before any rank starts
     EngineRegistry registry;
     const PluginLoadReport report = load_plugins(registry, plugin_path, &std::cerr);
     check_engine_available(registry, report, config, device, o.nproc);
