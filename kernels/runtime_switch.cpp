@@ -79,6 +79,18 @@ bool kernel_enabled(Kernel k) {
   return on[static_cast<size_t>(k)];
 }
 
+void check_runtime_switch() {
+  const auto now = kernels_enabled_by(std::getenv(kRuntimeSwitchEnv));
+  for (Kernel k : kAllKernels) {
+    if (kernel_enabled(k) == now[static_cast<size_t>(k)]) continue;
+    const char* value = std::getenv(kRuntimeSwitchEnv);
+    throw EngineryError(std::string("environment variable ") + kRuntimeSwitchEnv + " is now \"" +
+                            (value ? value : "") + "\", but this process read it once already and keeps " +
+                            enabled_kernels_summary() + " on",
+                        kRuntimeSwitchEnv, "its first value, or a new process (set it before the first engine)");
+  }
+}
+
 std::string enabled_kernels_summary() {
   std::string names;
   size_t count = 0;

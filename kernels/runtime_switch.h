@@ -26,6 +26,9 @@ const char* kernel_name(Kernel k);
 std::array<bool, kAllKernels.size()> kernels_enabled_by(const char* value);
 // The process's setting, read once.
 bool kernel_enabled(Kernel k);
+// Where work starts (`enginery train`, a Python engine): refuses a bad value, or one that differs from the value
+// the process already read (the kernels would go on with the first).
+void check_runtime_switch();
 // "all", "none" or the names left on, for the logs.
 std::string enabled_kernels_summary();
 

@@ -138,7 +138,7 @@ py::list plugins() {
 
 std::shared_ptr<BaseEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store) {
   // A bad ENGINERY_CUDA_KERNELS is refused here, as `enginery train` does before launch, not inside a forward
-  kernels::kernels_enabled_by(std::getenv(kernels::kRuntimeSwitchEnv));
+  kernels::check_runtime_switch();
   const TrainConfig config = parse_config(request);
   EngineArgs args;
   args.model_type = request.model_type;

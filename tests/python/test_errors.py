@@ -33,6 +33,15 @@ def test_a_bad_cuda_kernel_switch_is_refused_when_the_engine_is_made(monkeypatch
         engine_with({})
 
 
+def test_a_cuda_kernel_switch_changed_after_the_first_engine_is_refused(monkeypatch):
+    # the kernels read the variable once per process: a later value would be accepted and not honoured
+    monkeypatch.delenv("ENGINERY_CUDA_KERNELS", raising=False)
+    engine_with({})
+    monkeypatch.setenv("ENGINERY_CUDA_KERNELS", "0")
+    with pytest.raises(enginery.EngineryError, match="ENGINERY_CUDA_KERNELS is now \"0\".*keeps all on"):
+        engine_with({})
+
+
 def test_unknown_backend_lists_the_registered_ones():
     with pytest.raises(enginery.EngineryError, match="fsdp"):
         enginery.new_engine("language_model", "no_such_backend", "cpu", common.CONFIG)

@@ -44,7 +44,7 @@ int run_train(const TrainOptions& o) {
     config = load_train_config(o.config, overrides);
     env = rank_env_from_environment();
     // A bad ENGINERY_CUDA_KERNELS stops here, before any rank starts or (under torchrun, srun) joins a rendezvous.
-    kernels::enabled_kernels_summary();
+    kernels::check_runtime_switch();
   } catch (const EngineryError& e) {
     std::cerr << "enginery train: error: " << e.what() << std::endl;
     return kConfigError;
