@@ -5,11 +5,21 @@ import os
 import pytest
 import torch
 
+# Where the tests run: "cpu" (make test), or "cuda" (the ctest entries labelled gpu, which skip without CUDA).
+DEVICE = os.environ.get("ENGINERY_VERL_DEVICE", "cpu")
 # verl has no CPU platform: its registry would look engines up under "cuda" (its fallback) on a machine without a
 # GPU. This selects the cpu registrations, as a CPU user of verl does.
-os.environ.setdefault("VERL_ENGINE_DEVICE", "cpu")
+if DEVICE == "cpu":
+    os.environ.setdefault("VERL_ENGINE_DEVICE", "cpu")
 
 import transformers  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="ENGINERY_VERL_DEVICE=cuda and no CUDA device")
+        for item in items:
+            item.add_marker(skip)
 
 ENGINE_YAML = os.path.join(os.path.dirname(__import__("enginery.verl").verl.__file__), "conf", "engine",
                            "enginery.yaml")
