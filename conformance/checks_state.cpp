@@ -1,12 +1,16 @@
 // State checks: save -> load restores parameters, optimizer, scheduler and scaler state exactly (the next step is
 // bit-identical, in the same engine and in a fresh one), to(cpu) -> to(device) leaves the engine as it was, and
 // the mode guards with offload_outside_modes change nothing but where the state waits, and get_per_tensor_param
-// yields Hugging Face names, shapes and the values of the checkpoint the engine loaded.
+// yields Hugging Face names, shapes and the values of the checkpoint the engine loaded. An engine declaring
+// "train-state" exposes its parameter and gradient pieces as views (host_api/train_state.h) whose gradient is the one
+// optimizer_step measures, and hyperparameters whose writes steer the next step.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "conformance/data.h"
 #include "conformance/engine_setup.h"
@@ -14,6 +18,7 @@
 #include "conformance/target.h"
 #include "host_api/error.h"
 #include "host_api/mode_offload.h"
+#include "host_api/train_state.h"
 
 namespace enginery {
 namespace conformance {
@@ -184,6 +189,60 @@ void check_hf_names(const Target& target) {
   }
 }
 
+void check_train_state(const Target& target) {
+  EngineSpec spec;
+  spec.clip_grad = 1e9;  // the norm reported is the one before clipping either way; no clip keeps the step plain
+  auto engine = make_engine(target, spec);
+  auto* state = dynamic_cast<TrainStateEngine*>(engine.get());
+  ASSERT_NE(state, nullptr) << "declares 'train-state' but does not derive from TrainStateEngine";
+  std::map<std::string, torch::Tensor> full;
+  for (const auto& [name, t] : read_params(*engine)) full[name] = t.to(torch::kFloat).reshape({-1});
+
+  engine->forward_backward_batch(make_batch(target), token_mean_loss(target), /*forward_only=*/false);
+  double grad_sq = 0;
+  size_t seen = 0;
+  for (const LocalParameter& piece : state->local_parameters()) {
+    ASSERT_TRUE(full.count(piece.name)) << "'" << piece.name << "' is not a name get_per_tensor_param gives";
+    ++seen;
+    const auto want = full.at(piece.name).narrow(0, piece.flat_offset, piece.param.numel());
+    EXPECT_TRUE(torch::equal(piece.param.to(torch::kCPU, torch::kFloat), want)) << piece.name;
+    ASSERT_TRUE(piece.grad.defined()) << "'" << piece.name << "' has no gradient after a backward";
+    grad_sq += piece.grad.to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  EXPECT_EQ(seen, full.size()) << "pieces";
+  const double norm = engine->optimizer_step().item<double>();
+  EXPECT_NEAR(std::sqrt(grad_sq), norm, 1e-5 * norm) << "the gradient pieces are not what optimizer_step measured";
+
+  // lr 0 and no weight decay: a step that changes nothing, bitwise; the betas and eps read back as written.
+  OptimizerHyperparameters h = state->optimizer_hyperparameters();
+  EXPECT_DOUBLE_EQ(h.lr, spec.lr);
+  h.lr = 0.0;
+  h.weight_decay = 0.0;
+  h.beta1 = 0.8;
+  h.eps = 1e-7;
+  state->set_optimizer_hyperparameters(h);
+  const OptimizerHyperparameters back = state->optimizer_hyperparameters();
+  EXPECT_EQ(std::make_tuple(back.lr, back.beta1, back.eps, back.weight_decay), std::make_tuple(0.0, 0.8, 1e-7, 0.0));
+  const ParamList before = read_params(*engine);
+  engine->train_batch(make_batch(target), token_mean_loss(target));
+  EXPECT_EQ(diff_params(read_params(*engine), before), "") << "a step at lr 0 without weight decay";
+  h.beta2 = 1.0;
+  EXPECT_THROW(state->set_optimizer_hyperparameters(h), EngineryError) << "beta2 = 1 accepted";
+
+  // A write through a parameter piece is a write to the model.
+  LocalParameter first = state->local_parameters().front();
+  torch::NoGradGuard no_grad;
+  first.param.add_(1.0);
+  const auto after = read_params(*engine);
+  for (const auto& [name, t] : after) {
+    if (name == first.name) {
+      EXPECT_TRUE(torch::equal(t.to(torch::kFloat).reshape({-1}).narrow(0, first.flat_offset, first.param.numel()),
+                               first.param.to(torch::kCPU)))
+          << "a write through '" << name << "' did not reach the model";
+    }
+  }
+}
+
 }  // namespace
 
 void add_state_checks(std::vector<Check>& checks) {
@@ -198,6 +257,9 @@ void add_state_checks(std::vector<Check>& checks) {
                     requires_precisions({"fp32"}, {"offload-modes"}), check_offload_modes});
   checks.push_back({"hf_parameter_names", "get_per_tensor_param yields the HF names, shapes and loaded values",
                     requires_precisions({"fp32"}), check_hf_names});
+  checks.push_back({"train_state",
+                    "local parameter and gradient pieces are the engine's own; optimizer hyperparameters steer a step",
+                    requires_precisions({"fp32"}, {"train-state"}), check_train_state});
 }
 
 }  // namespace conformance

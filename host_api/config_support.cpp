@@ -97,37 +97,17 @@ ConfigKnob hsdp_knob() {
   knob.key = "engine.fsdp_size";
   knob.unsupported_value = [](const ConfigSupport& s, const EngineArgs& a) -> std::string {
     const int64_t n = a.engine.fsdp_size;
-    if (s.hsdp || n == -1 || n == a.world_size) return "";
+    // verl's reading (its create_device_mesh): below 0, or as large as the world or larger, is whole-world sharding.
+    if (s.hsdp || n < 0 || n >= a.world_size) return "";
     return std::to_string(n);
   };
   knob.allowed = [](const ConfigSupport& s) -> std::string {
-    return s.hsdp ? "-1, or a divisor of the world size" : "-1 or the world size (no HSDP)";
+    return s.hsdp ? "-1, a divisor of the world size, or more than it" : "-1, or the world size or more (no HSDP)";
   };
   knob.set_unsupported = [](const ConfigSupport& s, EngineArgs& a) {
     if (s.hsdp) return false;
-    a.engine.fsdp_size = a.world_size + 1;
-    return true;
-  };
-  return knob;
-}
-
-ConfigKnob token_budget_knob() {
-  ConfigKnob knob;
-  knob.key = "engine.max_token_len_per_gpu";
-  // The budget means something only with dynamic micro-batches: set without them it would be ignored.
-  knob.unsupported_value = [](const ConfigSupport& s, const EngineArgs& a) -> std::string {
-    if (a.engine.max_token_len_per_gpu == EngineConfig{}.max_token_len_per_gpu) return "";
-    if (s.dynamic_bsz && a.engine.use_dynamic_bsz) return "";
-    return std::to_string(a.engine.max_token_len_per_gpu);
-  };
-  knob.allowed = [](const ConfigSupport& s) -> std::string {
-    const std::string fixed = std::to_string(EngineConfig{}.max_token_len_per_gpu);
-    return s.dynamic_bsz ? "any positive count with engine.use_dynamic_bsz = true, else " + fixed
-                         : fixed + " (the budget of engine.use_dynamic_bsz, not implemented)";
-  };
-  knob.set_unsupported = [](const ConfigSupport& s, EngineArgs& a) {
-    if (s.dynamic_bsz) return false;
-    a.engine.max_token_len_per_gpu = 1024;
+    if (a.world_size < 2) return false;  // every size means the whole world
+    a.engine.fsdp_size = 1;
     return true;
   };
   return knob;
@@ -210,7 +190,6 @@ std::vector<ConfigKnob> make_knobs() {
                         [](A& a) -> bool& { return a.engine.forward_prefetch; }, false));
   k.push_back(flag_knob("engine.use_dynamic_bsz", &ConfigSupport::dynamic_bsz,
                         [](A& a) -> bool& { return a.engine.use_dynamic_bsz; }, false));
-  k.push_back(token_budget_knob());
   k.push_back(flag_knob("engine.entropy_from_logits_with_chunking", &ConfigSupport::unchunked_entropy,
                         [](A& a) -> bool& { return a.engine.entropy_from_logits_with_chunking; }, true));
   k.push_back(flag_knob("model.use_remove_padding", &ConfigSupport::remove_padding,

@@ -22,7 +22,10 @@ constexpr int kApiVersionMajor = 2;
 // 2.5: the ShardExportingEngine interface (host_api/shard_export.h): this rank's pieces of the weights by Hugging Face
 // name with where they sit in the full tensors, nothing gathered (verl's get_per_tensor_param_shard); engines that
 // implement it declare the capability `shard-export`.
-constexpr int kApiVersionMinor = 5;
+// 2.6: the TrainStateEngine interface (host_api/train_state.h): this rank's parameter and gradient pieces as views of
+// the engine's storage, and the optimizer's hyperparameters read and written between steps (what verl reads as
+// engine.module and engine.optimizer); engines that implement it declare the capability `train-state`.
+constexpr int kApiVersionMinor = 6;
 
 // Version of the plugin.toml schema this host reads.
 constexpr int kManifestVersion = 1;

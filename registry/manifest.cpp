@@ -130,7 +130,7 @@ void parse_api_version(const std::string& text, const std::string& where, Plugin
 std::vector<std::string> capabilities_known() {
   std::vector<std::string> known = {"checkpoint-same-world", "grad-scaler", "multi-rank", "hsdp",
                                     "reshard-after-forward", "offload", "offload-modes", "weight-export", "temperature",
-                                    "shard-export"};
+                                    "shard-export", "train-state"};
   for (const char* device : {"cpu", "cuda"}) {
     for (const char* dtype : {"fp32", "bf16", "fp16"}) known.push_back(std::string("precision-") + device + "-" + dtype);
   }

@@ -4,7 +4,7 @@
 //   manifest_version = 1
 //   name = "enginery_fsdp"            # letters, digits, '_', '-', '.'
 //   version = "0.1.0"                 # the plugin's own version, free-form
-//   api_version = "2.5"               # host_api MAJOR.MINOR the plugin was built against
+//   api_version = "2.6"               # host_api MAJOR.MINOR the plugin was built against
 //   library = "libenginery_fsdp.so"   # relative to the manifest's directory, never outside it
 //   sha256 = "..."                    # the library file's SHA-256, 64 hex digits: the parser accepts a manifest
 //                                     # without it, the loader refuses it (plugin_loader.h)

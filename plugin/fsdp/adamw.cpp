@@ -39,6 +39,13 @@ void AdamW::set_step_count(int64_t step) {
   for (auto& s : device_steps_) s.fill_(static_cast<double>(step));
 }
 
+void AdamW::set_hyperparameters(double beta1, double beta2, double eps, double weight_decay) {
+  beta1_ = beta1;
+  beta2_ = beta2;
+  eps_ = eps;
+  weight_decay_ = weight_decay;
+}
+
 void AdamW::promote_grads_to_param_dtype() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < grads_.size(); ++i) {

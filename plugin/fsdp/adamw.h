@@ -42,6 +42,12 @@ class ENGINERY_FSDP_API AdamW {
   // Fused path only (empty otherwise): the per-parameter step counters the kernel reads on the device.
   std::vector<torch::Tensor>& device_steps() { return device_steps_; }
   void set_step_count(int64_t step);
+  // torch.optim.AdamW's param_group values, read at every step (a change applies from the next one).
+  double beta1() const { return beta1_; }
+  double beta2() const { return beta2_; }
+  double eps() const { return eps_; }
+  double weight_decay() const { return weight_decay_; }
+  void set_hyperparameters(double beta1, double beta2, double eps, double weight_decay);
 
   // engine.param_offload / engine.optimizer_offload (adamw_streamed.cpp): the step runs unit by unit on the device,
   // each shard's host-resident parts (params and grads when `params_on_host`, exp_avg and exp_avg_sq when

@@ -201,6 +201,7 @@ void publish_checkpoint(const fs::path& tmp, const fs::path& final_path, const c
 }  // namespace
 
 void FSDPEngine::require_sharded(const std::string& what) const {
+  require_trainable(what);  // verl never checkpoints its reference policy; its state is the model path's
   if (!fsdp_ || !optimizer_) {
     throw EngineryError(what + " before initialize() (or on an engine without FSDP units)",
                         "fsdp engine, rank " + std::to_string(args_.rank));

@@ -57,6 +57,8 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   // [engine.<backend>] offload_step = "device" | "host"; offload_outside_modes = true | false (mode_offload.h);
   // fp8 = "off" | "tensorwise" (fsdp_engine_fp8.cpp).
   s.backend_options = {"offload_step", kOffloadOutsideModes, "fp8", kCheckpointingPolicy};
+  // engine.forward_only (verl's reference policy): no optimizer or LR schedule is built (fsdp_engine.cpp).
+  s.forward_only = true;
   s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
   s.checkpoint_content_subsets = true;
   return s;
@@ -73,9 +75,13 @@ void FSDPEngine::initialize() {
   apply_recompute_policy();
   shard_model();
   check_precision_supported();
-  build_optimizer();
+  // A forward-only engine (verl's reference policy) holds no optimizer state and no schedule, as verl's builds none.
+  if (!args_.engine.forward_only) build_optimizer();
   place_offloaded_state();
-  build_lr_scheduler();
+  if (!args_.engine.forward_only) build_lr_scheduler();
+  // No gradient held until the first backward, as FSDP2 starts (every param.grad None): engine.module reads None,
+  // and the shard gradients' memory is spent only once a backward writes them.
+  if (fsdp_) fsdp_->zero_grad();
   set_training(is_training());
   // Outside the mode contexts the state lives on the host; the first train_mode()/eval_mode() brings it back.
   if (offload_outside_modes_) move_state(torch::kCPU, /*model=*/true, /*optimizer=*/true, /*grad=*/true);

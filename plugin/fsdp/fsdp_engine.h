@@ -20,6 +20,7 @@
 #include "host_api/base_engine.h"
 #include "host_api/config_support.h"
 #include "host_api/shard_export.h"
+#include "host_api/train_state.h"
 #include "models/decoder_model.h"
 #include "models/layers.h"
 #include "plugin/fsdp/adamw.h"
@@ -40,7 +41,8 @@ inline constexpr const char* kCheckpointingPolicy = "gradient_checkpointing_poli
 class ENGINERY_FSDP_API FSDPEngine : public BaseEngine,
                                      public OffloadableEngine,
                                      public WeightExportingEngine,
-                                     public ShardExportingEngine {
+                                     public ShardExportingEngine,
+                                     public TrainStateEngine {
  public:
   // `model_builder` empty: the models library builds args.model (what the plugin's registered factory does).
   // The shard layout follows the backend name (layout_for_backend).
@@ -67,6 +69,11 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine,
   ShardPlacement shard_placement() const override;
   std::unique_ptr<ShardStream> export_shards(c10::ScalarType dtype) override;
 
+  // This rank's master and gradient pieces as views into the units' shards (fsdp_train_state.cpp): the shard
+  // export's ranges; gradients promoted to fp32 first. AdamW's hyperparameters and the next step's lr.
+  std::vector<LocalParameter> local_parameters() override;
+  OptimizerHyperparameters optimizer_hyperparameters() const override;
+  void set_optimizer_hyperparameters(const OptimizerHyperparameters& values) override;
   // Checkpoints (plugin/fsdp/CHECKPOINT.md): collective; atomic (a temporary sibling, fsynced, renamed into place);
   // readable at any world size, fsdp_size and strategy. args().checkpoint.save_contents / load_contents select
   // model, optimizer, extra (and hf_model on save: a Hugging Face directory "huggingface" inside).
@@ -122,6 +129,8 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine,
   // the masters and shard gradients (param_offload) and AdamW's moments (optimizer_offload) into pinned host memory
   // for good and makes the optimizer step streamed. A no-op with both keys false.
   void place_offloaded_state();
+  // Throws EngineryError naming `what` and engine.forward_only on a forward-only engine (no optimizer is built).
+  void require_trainable(const std::string& what) const;
   // Throws EngineryError naming `what` when a part it needs (model, optimizer, grad) is offloaded.
   void require_resident(const std::string& what, bool model, bool optimizer, bool grad) const;
   // The data-parallel world group (built on first use when build_fsdp_module was skipped).

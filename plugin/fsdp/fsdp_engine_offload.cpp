@@ -50,9 +50,10 @@ void move_in_place(const std::vector<torch::Tensor*>& tensors, const torch::Devi
 // Not collective, but every rank must agree on what is away: a step refused on one rank only would leave the others
 // waiting in the host loop's token-count all-reduce.
 void FSDPEngine::move_state(const torch::Device& device, bool model, bool optimizer, bool grad) {
-  if (!fsdp_ || !optimizer_) {
+  if (!fsdp_ || (!optimizer_ && !args_.engine.forward_only)) {
     throw EngineryError("to() before initialize() (or on an engine without FSDP units)", where_of(args_));
   }
+  optimizer = optimizer && optimizer_;  // a forward-only engine has no optimizer state to move
   const std::string allowed = device_.is_cuda() ? "cpu, " + device_.str() : std::string("cpu");
   const bool home = device.type() == device_.type() && (!device.has_index() || device.index() == device_.index());
   if (!device.is_cpu() && !home) {
@@ -83,7 +84,7 @@ void FSDPEngine::move_state(const torch::Device& device, bool model, bool optimi
     }
     if (grad) tensors.push_back(&u.shard_grad_unsettled());
   }
-  if (optimizer) {
+  if (optimizer) {  // (optimizer_ is set: see above)
     for (auto* list : {&optimizer_->exp_avg(), &optimizer_->exp_avg_sq(), &optimizer_->device_steps()}) {
       for (auto& t : *list) tensors.push_back(&t);
     }

@@ -31,6 +31,7 @@ void FSDPEngine::optimizer_zero_grad() {
 }
 
 torch::Tensor FSDPEngine::optimizer_step() {
+  require_trainable("optimizer_step");
   if (!optimizer_ || !fsdp_) {
     throw EngineryError("optimizer_step before initialize() built the optimizer",
                         "fsdp engine, rank " + std::to_string(args_.rank));
@@ -79,6 +80,14 @@ torch::Tensor FSDPEngine::optimizer_step() {
   return norm;
 }
 
+void FSDPEngine::require_trainable(const std::string& what) const {
+  if (args_.engine.forward_only) {
+    throw EngineryError(what + " on a forward-only engine (it holds no optimizer)",
+                        "fsdp engine, rank " + std::to_string(args_.rank) + ", engine.forward_only",
+                        "forward_only = false for an engine that trains; infer_batch / forward_only calls here");
+  }
+}
+
 bool FSDPEngine::skip_step(const torch::Tensor& norm, ShardedGradScaler* scaler) const {
   if (scaler) return scaler->should_skip();
   const bool skip = !std::isfinite(norm.item<double>());
@@ -90,6 +99,7 @@ bool FSDPEngine::skip_step(const torch::Tensor& norm, ShardedGradScaler* scaler)
 }
 
 double FSDPEngine::lr_scheduler_step() {
+  require_trainable("lr_scheduler_step");
   if (!lr_scheduler_) {
     throw EngineryError("lr_scheduler_step before initialize()", "fsdp engine, rank " + std::to_string(args_.rank));
   }

@@ -21,6 +21,7 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
   head.temperature = batch_temperature(micro_batch);
 
   const bool backward = !forward_only && torch::GradMode::is_enabled();
+  if (backward) require_trainable("a training forward_backward_batch");
   require_resident("forward_step", /*model=*/true, /*optimizer=*/false, /*grad=*/backward);
   // Gradients are reduced after the last micro-batch only; earlier ones accumulate unreduced (FSDP's no_sync).
   const bool sync_grads = ctx.is_last_micro_batch();

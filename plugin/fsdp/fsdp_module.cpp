@@ -37,7 +37,7 @@ DpGroups DpGroups::create(const EngineArgs& args, int64_t fsdp_size) {
   const int64_t world = args.world_size, rank = args.rank;
   DpGroups g;
   g.world = std::make_shared<Collectives>(args.world_group, rank, world);
-  if (fsdp_size <= 0 || fsdp_size == world) {
+  if (fsdp_size <= 0 || fsdp_size >= world) {  // verl's reading: a shard group as large as the world or larger
     g.shard = g.world;
     g.replicate = std::make_shared<Collectives>(c10::intrusive_ptr<compat::CommGroup>(), 0, 1);
     return g;

@@ -46,10 +46,11 @@ double LrScheduler::multiplier(int64_t step) const {
   return std::max(min_lr_ratio_, x * coef + intercept);
 }
 
-double LrScheduler::lr() const { return base_lr_ * multiplier(step_); }
+double LrScheduler::lr() const { return lr_override_ ? *lr_override_ : base_lr_ * multiplier(step_); }
 
 double LrScheduler::step() {
   ++step_;
+  lr_override_.reset();
   return lr();
 }
 

@@ -3,6 +3,7 @@
 // (min_lr_ratio) and num_cycles. The multiplier follows LambdaLR: lr(step) = base_lr * lambda(step), step 0 at
 // construction, +1 per step().
 #include <cstdint>
+#include <optional>
 
 #include "host_api/config.h"
 #include "plugin/fsdp/fsdp_export.h"
@@ -14,8 +15,10 @@ class ENGINERY_FSDP_API LrScheduler {
  public:
   explicit LrScheduler(const OptimizerConfig& config);  // throws on an unknown lr_scheduler_type
 
-  double lr() const;        // for the current step
-  double step();            // advance, return the new lr
+  double lr() const;        // for the current step: the schedule's, or the one set_lr wrote
+  double step();            // advance, return the new lr (the schedule's again, as a torch LR scheduler's step
+                            // overwrites a param_group["lr"] written by hand)
+  void set_lr(double lr) { lr_override_ = lr; }
   int64_t current_step() const { return step_; }
   void set_current_step(int64_t step) { step_ = step; }
   int64_t warmup_steps() const { return warmup_; }
@@ -29,6 +32,7 @@ class ENGINERY_FSDP_API LrScheduler {
   double min_lr_ratio_;
   double num_cycles_;
   int64_t step_ = 0;
+  std::optional<double> lr_override_;
 };
 
 }  // namespace fsdp

@@ -78,6 +78,13 @@ class Engine:
     # replica, or a rank other than 0 of an engine that holds full tensors everywhere)}
     @property
     def shard_placement(self) -> Dict[str, Any]: ...
+    # This rank's piece of every weight and of its gradient as views of the engine's own storage (a write is a
+    # write to the engine): (name, full_shape, flat_offset, param 1-D fp32, grad 1-D fp32 or None while none is
+    # held). Ask again after each step. EngineryError for an engine without the capability 'train-state'.
+    def local_parameters(self) -> List[Tuple[str, Tuple[int, ...], int, torch.Tensor, Optional[torch.Tensor]]]: ...
+    # AdamW's {"lr", "betas", "eps", "weight_decay"}; assigning a whole dict applies from the next optimizer_step
+    # (a written lr holds until the next lr_scheduler_step). 'train-state' engines only.
+    optimizer_hyperparameters: Dict[str, Any]
 
 class WeightStream:
     def __iter__(self) -> "WeightStream": ...

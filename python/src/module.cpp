@@ -7,6 +7,7 @@
 #include "python/src/py_engine.h"
 #include "python/src/py_factory.h"
 #include "python/src/py_shards.h"
+#include "python/src/py_train_state.h"
 #include "python/src/py_weights.h"
 
 namespace py = pybind11;
@@ -41,7 +42,8 @@ void bind_engine(py::module_& m) {
         self.exit();
         return false;  // never swallows the block's exception
       });
-  py::class_<PyEngine, std::shared_ptr<PyEngine>>(m, "Engine")
+  py::class_<PyEngine, std::shared_ptr<PyEngine>> engine(m, "Engine");
+  engine
       .def("initialize", &PyEngine::initialize)
       .def("train_mode", [](const PyEngine& self) { return self.mode(true); })
       .def("eval_mode", [](const PyEngine& self) { return self.mode(false); })
@@ -114,6 +116,7 @@ void bind_engine(py::module_& m) {
         out["contributes"] = placement.contributes;
         return out;
       });
+  enginery::python::bind_train_state(engine);
 }
 
 }  // namespace

@@ -326,3 +326,143 @@ def test_offload_outside_modes_is_refused_by_name_before_any_work(monkeypatch):
     with pytest.raises(enginery.EngineryError, match=r"offload_outside_modes: engine fsdp .*capability 'offload'"):
         build(True)
     build(False)  # off: nothing to check
+
+
+# --- what verl's own engine tests found (issue: verl's engine tests pass on enginery); each fails on the old adapter
+
+
+def _grad_norm(module):
+    return math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in module.parameters() if p.grad is not None))
+
+
+def test_gradients_survive_a_train_block_that_does_not_zero_them():
+    """verl's train_mode(zero_grad_on_exit=False) (its Tinker worker's split step): the gradients of one block are
+    those the next block steps with; the default block and a block that raises zero them, as verl's contexts do.
+    The old adapter zeroed on every exit, so the step saw a zero gradient (grad norm 0.0)."""
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    engine, reference = adapter(), adapter()
+    with engine.train_mode(zero_grad_on_exit=False):
+        engine.forward_backward_batch(data, verl_common.sft_loss)
+    held = _grad_norm(engine.module)
+    assert held > 0
+    with engine.train_mode(zero_grad_on_exit=True):
+        norm = engine.optimizer_step()
+    assert close(norm, held)
+    with reference.train_mode():
+        want = reference.train_batch(data, verl_common.sft_loss)["metrics"]["grad_norm"]
+    assert close(norm, want)
+    assert all(p.grad is None for p in engine.module.parameters())
+    with engine.train_mode():
+        engine.forward_backward_batch(data, verl_common.sft_loss)
+    assert all(p.grad is None for p in engine.module.parameters())
+    with pytest.raises(ZeroDivisionError):
+        with engine.train_mode(zero_grad_on_exit=False):
+            engine.forward_backward_batch(data, verl_common.sft_loss)
+            1 / 0
+    assert all(p.grad is None for p in engine.module.parameters())
+    with pytest.raises(enginery.EngineryError, match=r"train_mode\(zero_grad=...\).*zero_grad_on_exit"):
+        engine.train_mode(zero_grad=False)
+
+
+def test_disable_auto_offload_leaves_the_moves_to_the_caller():
+    engine = adapter(offload_outside_modes=True)
+    spy = engine._engine = _RecordingEngine(engine._engine)
+    prompts, responses = verl_common.sequences()
+    engine.to("cpu")  # verl's worker.to("device") / to("cpu") around such a block; on the CPU both are the host
+    spy.moves.clear()
+    with engine.train_mode(disable_auto_offload=True):
+        engine.train_batch(verl_common.verl_batch(prompts, responses), verl_common.sft_loss)
+    with engine.eval_mode(disable_auto_offload=True):
+        engine.infer_batch(verl_common.verl_batch(prompts, responses))
+    assert spy.moves == []
+
+
+def test_model_outputs_of_a_training_call_only_when_asked_for():
+    """verl's engine drops a training forward_backward's model_output unless return_model_output is set (its Tinker
+    worker sets it); an inference call always returns them."""
+    prompts, responses = verl_common.sequences()
+    engine = adapter()
+    with engine.train_mode():
+        out = engine.forward_backward_batch(verl_common.verl_batch(prompts, responses), verl_common.sft_loss)
+        assert out["model_output"] == {} and len(out["loss"]) == 2
+        asked = verl_common.verl_batch(prompts, responses)
+        asked["return_model_output"] = True
+        out = engine.forward_backward_batch(asked, verl_common.sft_loss)
+        assert [row.shape[0] for row in out["model_output"]["log_probs"]] == \
+            [p.shape[0] + r.shape[0] for p, r in zip(prompts, responses)]
+    with engine.eval_mode():
+        assert "log_probs" in engine.infer_batch(verl_common.verl_batch(prompts, responses))["model_output"]
+
+
+def test_metrics_gather_as_verls_engine_gathers_them():
+    """A loss returning verl Metric values gets one Metric per key holding every micro-batch's value (verl's
+    append_to_dict), which verl's workers all-gather and reduce with Metric.aggregate_dp; plain values and lists
+    become one list. The old adapter kept a list of Metric, which verl's reduce cannot add up."""
+    from verl.utils.metric.utils import Metric
+
+    def loss_function(model_output, data, dp_group):
+        loss, _ = verl_common.sft_loss(model_output, data, dp_group)
+        tokens = float(data["loss_mask"].sum())
+        return loss, {"tokens": Metric("sum", tokens), "peak": Metric("max", tokens), "plain": tokens,
+                      "listed": [tokens, tokens]}
+
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    engine = adapter()
+    with engine.train_mode():
+        metrics = engine.forward_backward_batch(data, loss_function)["metrics"]
+    per_micro = [float(data["loss_mask"][:2].sum()), float(data["loss_mask"][2:].sum())]
+    assert isinstance(metrics["tokens"], Metric) and metrics["tokens"].values == per_micro
+    assert metrics["tokens"].aggregate() == sum(per_micro) and metrics["peak"].aggregate() == max(per_micro)
+    assert metrics["plain"] == per_micro and metrics["listed"] == [per_micro[0]] * 2 + [per_micro[1]] * 2
+    # what verl's worker does with the ranks' gathered Metrics: a sum over micro-batches, a mean over ranks
+    assert Metric.aggregate_dp([metrics["tokens"], metrics["tokens"]]) == sum(per_micro)
+
+
+def test_module_is_this_ranks_parameters_and_gradients():
+    """engine.module: every Hugging Face name once, each piece the engine's own fp32 master (a write through it
+    changes what get_per_tensor_param gathers), its gradient the engine's (the norm optimizer_step reports)."""
+    engine = adapter()
+    names = [name for name, _ in engine.get_per_tensor_param()[0]]
+    full = dict(engine.get_per_tensor_param()[0])
+    module = engine.module
+    assert [name for name, _ in module.named_parameters()] == names
+    for name, parameter in module.named_parameters():
+        assert parameter.dtype == torch.float32 and parameter.requires_grad and parameter.grad is None
+        assert torch.equal(parameter.detach().reshape(-1), full[name].reshape(-1))  # one rank: the whole tensor
+    first_name, first = next(iter(module.named_parameters()))
+    with torch.no_grad():
+        first.add_(1.0)
+    assert torch.equal(dict(engine.get_per_tensor_param()[0])[first_name], full[first_name] + 1.0)
+
+
+def test_optimizer_param_groups_steer_the_next_step():
+    """engine.optimizer.param_groups as verl's Tinker worker writes them (its _apply_optim_step_params): the next
+    step uses the written lr, betas, eps and weight decay, equal to an engine configured with them; the schedule's
+    lr comes back at the next lr_scheduler_step, as a torch scheduler overwrites a hand-written lr."""
+    from verl.workers.engine_workers_tinker import _apply_optim_step_params
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    written = {"lr": 5e-3, "betas": (0.8, 0.9), "eps": 1e-7, "weight_decay": 0.02}
+    engine = adapter()
+    configured = enginery_verl.LanguageModelEngine(
+        model_config=MODEL, engine_config=ENGINE, optimizer_config={**OPTIM, **written}, checkpoint_config=None,
+        device="cpu", plugin_dirs=[common.PLUGIN_DIR])
+    configured.initialize()
+    group = engine.optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], group["weight_decay"]) == (OPTIM["lr"], (0.9, 0.999), 0.0)
+    _apply_optim_step_params(engine.optimizer, written)
+    for key, value in written.items():
+        assert engine.optimizer.param_groups[0][key] == pytest.approx(value)
+    for e in (engine, configured):
+        with e.train_mode():
+            e.train_batch(data, verl_common.sft_loss)
+    got, want = dict(engine.get_per_tensor_param()[0]), dict(configured.get_per_tensor_param()[0])
+    assert all(torch.equal(got[name], want[name]) for name in want)
+    assert engine.optimizer.param_groups[0]["lr"] == written["lr"]
+    assert close(engine.lr_scheduler_step(), OPTIM["lr"]) and engine.optimizer.param_groups[0]["lr"] == OPTIM["lr"]
+    with pytest.raises(enginery.EngineryError, match=r"betas\[1\] = 1\.0.*0 <= beta < 1"):
+        engine.optimizer.param_groups[0]["betas"] = (0.9, 1.0)
+    with pytest.raises(enginery.EngineryError, match=r"param_group\['amsgrad'\] written"):
+        engine.optimizer.param_groups[0]["amsgrad"] = True

@@ -120,6 +120,7 @@ TEST(EngineRegistry, RefusesConfigurationTheEngineDoesNotDeclare) {
   const ConfigSupport declared;  // fake() registers the defaults: no knob beyond them
   for (const ConfigKnob& knob : config_knobs()) {
     EngineArgs args;
+    args.world_size = 2;  // at world size 1 every engine.fsdp_size means the whole world
     ASSERT_TRUE(knob.set_unsupported(declared, args)) << knob.key;
     const std::string message = message_of([&] { registry.create({"language_model", "fsdp", "cpu"}, args); });
     const bool option = knob.key == "engine.<backend>";
@@ -135,7 +136,7 @@ TEST(EngineRegistry, RefusesConfigurationTheEngineDoesNotDeclare) {
   }
   // The keys the RL issues make real are among them, each refused by its own name.
   for (const char* key : {"engine.param_offload", "engine.optimizer_offload", "engine.forward_prefetch",
-                          "engine.use_dynamic_bsz", "engine.max_token_len_per_gpu",
+                          "engine.use_dynamic_bsz",
                           "engine.entropy_from_logits_with_chunking", "model.use_remove_padding",
                           "checkpoint.async_save", "engine.model_dtype", "engine.forward_only"}) {
     bool found = false;
@@ -161,22 +162,35 @@ TEST(EngineRegistry, DeclaredConfigurationReachesTheFactory) {
             std::string::npos);
 }
 
-// A token budget is read only by dynamic micro-batching: without engine.use_dynamic_bsz it would be ignored, so it
-// is refused even by an engine that implements dynamic batch sizes.
-TEST(EngineRegistry, TokenBudgetWithoutDynamicBatchSizeIsRefused) {
+// verl reads engine.max_token_len_per_gpu only with use_dynamic_bsz and accepts any value without it (its workers
+// send it with every call either way): so does the registry, for an engine with dynamic batch sizes or without.
+TEST(EngineRegistry, TokenBudgetWithoutDynamicBatchSizeIsAcceptedAsVerlAcceptsIt) {
+  for (const bool dynamic : {true, false}) {
+    EngineRegistry registry;
+    EngineRegistration r = fake({"language_model", "fsdp", "cpu"}, "p1", 1);
+    r.support.dynamic_bsz = dynamic;
+    registry.register_engine(std::move(r));
+    EngineArgs args;
+    args.engine.max_token_len_per_gpu = 128;
+    EXPECT_EQ(registry.create({"language_model", "fsdp", "cpu"}, args)->args().engine.max_token_len_per_gpu, 128);
+  }
+}
+
+// verl's create_device_mesh: an fsdp_size as large as the world or larger shards over the whole world, so an engine
+// without HSDP accepts it; a smaller one is HSDP and is refused by name.
+TEST(EngineRegistry, FsdpSizeOfTheWorldOrMoreIsWholeWorldSharding) {
   EngineRegistry registry;
-  EngineRegistration r = fake({"language_model", "fsdp", "cpu"}, "p1", 1);
-  r.support.dynamic_bsz = true;
-  registry.register_engine(std::move(r));
+  registry.register_engine(fake({"language_model", "fsdp", "cpu"}, "p1", 1));
   EngineArgs args;
-  args.engine.max_token_len_per_gpu = 1024;
+  args.world_size = 2;
+  for (const int64_t size : {-1, 2, 4, 8}) {
+    args.engine.fsdp_size = size;
+    EXPECT_EQ(registry.create({"language_model", "fsdp", "cpu"}, args)->args().engine.fsdp_size, size);
+  }
+  args.engine.fsdp_size = 1;
   EXPECT_NE(message_of([&] { registry.create({"language_model", "fsdp", "cpu"}, args); })
-                .find("engine.max_token_len_per_gpu = 1024 is not implemented by engine (language_model, fsdp, cpu) of "
-                      "plugin 'p1' (/plugins/p1/plugin.toml) (allowed: any positive count with "
-                      "engine.use_dynamic_bsz = true, else 16384)"),
+                .find("engine.fsdp_size = 1 is not implemented"),
             std::string::npos);
-  args.engine.use_dynamic_bsz = true;
-  EXPECT_EQ(registry.create({"language_model", "fsdp", "cpu"}, args)->args().engine.max_token_len_per_gpu, 1024);
 }
 
 }  // namespace

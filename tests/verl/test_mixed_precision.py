@@ -1,13 +1,13 @@
 """verl's test_fsdp2_autocast_dtype_honors_mixed_precision (tests/models/test_engine.py) on enginery's backend, on
 the CPU over one process: built with verl's config objects through verl's EngineRegistry, then initialize(), then
 what verl's test reads. bf16: autocast in bf16, no scaler; fp32: no autocast (the autocast dtype is fp32), no
-scaler; fp16: a sharded grad scaler. enginery's scaler is C++; `engine.scaler` is a read-only view of it with
-torch's GradScaler getters (enginery.verl.engine.ShardedGradScalerView)."""
+scaler; fp16: a sharded grad scaler, an instance of torch's ShardedGradScaler (verl's own assertion) whose getters read enginery's C++ scaler and
+whose scale() multiplies by its scale (enginery.verl.engine.EngineryGradScaler)."""
 import pytest
 import torch
 from conftest import engine_config, new_engine
 
-from enginery.verl.engine import ShardedGradScalerView
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 
 @pytest.mark.parametrize("backend", ["enginery_fsdp2", "enginery_fsdp"])
@@ -22,8 +22,12 @@ def test_autocast_dtype_honors_mixed_precision(tiny_model_dir, backend, param_dt
     engine.initialize()
     assert engine._autocast_dtype == autocast
     if scaled:
-        assert isinstance(engine.scaler, ShardedGradScalerView)
-        assert engine.scaler.get_scale() > 1.0 and engine.scaler.get_growth_interval() > 0
+        assert isinstance(engine.scaler, ShardedGradScaler)
+        scale = engine.scaler.get_scale()
+        assert scale > 1.0 and engine.scaler.get_growth_interval() > 0
+        assert engine.scaler.scale(torch.tensor(2.0)).item() == 2.0 * scale
+        with pytest.raises(RuntimeError, match="optimizer_step"):
+            engine.scaler.update(1.0)  # the engine updates its scale itself; a write here would be lost
     else:
         assert engine.scaler is None
 

@@ -5,6 +5,7 @@ import math
 import warnings
 
 import torch
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 import enginery
 
@@ -23,16 +24,24 @@ def backend_of(strategy):
     return strategy[len(BACKEND_PREFIX):]
 
 
+# verl's BaseEngineCtx keyword arguments (verl/workers/engine/base.py): what train_mode() / eval_mode() take.
+_MODE_KWARGS = ("zero_grad_on_exit", "disable_auto_offload")
+
+
 class _ModeContext:
-    """verl's train/eval contexts: the engine's mode inside, engine.mode set as verl's contexts set it (and the outer
-    context's mode back after a nested one), and (train) gradients zeroed on exit, as verl's FSDP engine does. With
+    """verl's train/eval contexts (its BaseEngineCtx and EngineTrainModeCtx): the engine's mode inside, engine.mode
+    set as verl's contexts set it (and the outer context's mode back after a nested one); on leaving a train context
+    gradients are zeroed when zero_grad_on_exit (verl's default True) or when the block raised, so a block with
+    zero_grad_on_exit=False hands its gradients to the next one (verl's Tinker worker splits a step that way). With
     engine_config offload_outside_modes, the outermost context also brings the state to the GPU on entry (train:
     model, optimizer, grad; eval: the model only) and sends what it brought back to host memory on exit, as verl's
-    contexts do for an offloaded engine."""
+    contexts do for an offloaded engine, unless disable_auto_offload (the caller moves it with to())."""
 
-    def __init__(self, owner, training):
+    def __init__(self, owner, training, zero_grad_on_exit=True, disable_auto_offload=False):
         self._owner = owner
         self._training = training
+        self._zero_grad_on_exit = zero_grad_on_exit
+        self._auto_offload = not disable_auto_offload
         self._inner = None
         self._outer_mode = None
         self._loaded = None  # (model, optimizer, grad) this context brought to the GPU
@@ -41,7 +50,7 @@ class _ModeContext:
         owner = self._owner
         engine = owner._engine
         self._outer_mode = owner.mode
-        if owner._offload_outside_modes and self._outer_mode is None:
+        if owner._offload_outside_modes and self._auto_offload and self._outer_mode is None:
             self._loaded = (True, self._training, self._training)
             engine.to(owner.device, *self._loaded)
         self._inner = engine.train_mode() if self._training else engine.eval_mode()
@@ -49,17 +58,25 @@ class _ModeContext:
         owner.mode = "train" if self._training else "eval"
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         owner = self._owner
         try:
-            if self._training:
+            if self._training and (self._zero_grad_on_exit or exc_type is not None):
                 owner.optimizer_zero_grad()
         finally:
-            self._inner.__exit__(*exc)
+            self._inner.__exit__(exc_type, *exc)
             owner.mode = self._outer_mode
             if self._loaded is not None:
                 owner._engine.to("cpu", *self._loaded)
         return False
+
+
+def _mode_kwargs(kwargs, where):
+    unknown = sorted(set(kwargs) - set(_MODE_KWARGS))
+    if unknown:
+        raise _error(f"{where}({', '.join(unknown)}=...) is not a verl context argument", f"enginery.verl {where}",
+                     ", ".join(_MODE_KWARGS))
+    return {key: bool(value) for key, value in kwargs.items()}
 
 
 class EngineryVerlEngine:
@@ -130,10 +147,12 @@ class EngineryVerlEngine:
             self._engine.to("cpu", True, True, True)  # verl's engine, too, offloads right after building
 
     def train_mode(self, **kwargs):
-        return _ModeContext(self, training=True)
+        """verl's train context: train_mode(zero_grad_on_exit=True, disable_auto_offload=False)."""
+        return _ModeContext(self, True, **_mode_kwargs(kwargs, "train_mode"))
 
     def eval_mode(self, **kwargs):
-        return _ModeContext(self, training=False)
+        """verl's eval context: eval_mode(disable_auto_offload=False); it never zeroes gradients."""
+        return _ModeContext(self, False, **_mode_kwargs(kwargs, "eval_mode"))
 
     # engine.param_offload / engine.optimizer_offload keep that state in host memory for the whole run (the engine
     # brings units to the GPU as it needs them); engine_config offload_outside_modes moves the rest away between
@@ -154,16 +173,35 @@ class EngineryVerlEngine:
 
     @property
     def scaler(self):
-        """The engine's sharded grad scaler (a read-only view), or None: fp16 gets one, bf16 and fp32 none."""
-        state = self._engine.precision["grad_scaler"]
-        return None if state is None else ShardedGradScalerView(self._engine)
+        """fp16: torch's ShardedGradScaler over the engine's own sharded scaler (EngineryGradScaler); bf16 and fp32:
+        None, as verl's FSDP engine."""
+        return None if self._engine.precision["grad_scaler"] is None else EngineryGradScaler(self._engine)
+
+    # --- what verl's code reads off an FSDP engine: its module and its optimizer ---
+    @property
+    def module(self):
+        """An nn.Module over this rank's parameters, built afresh on each access (the engine may replace the
+        storage between steps): named_parameters() gives each Hugging Face name with this rank's piece of the fp32
+        master weights, sharing the engine's storage (a write changes the model), and .grad this rank's piece of
+        its gradient, or None while the engine holds none (after zero grad), as FSDP2's to_local() views read.
+        Pieces of whole rows keep the rows' shape; the flat layout's are 1-D. Needs the capability 'train-state'."""
+        return _local_module(self._engine.local_parameters())
+
+    @property
+    def optimizer(self):
+        """The engine's AdamW as torch.optim sees one: param_groups (one group) of lr, betas, eps and weight_decay,
+        written through to the engine for its next optimizer_step, and zero_grad(). Needs 'train-state'. None on
+        a forward-only engine (verl's reference policy), which has none, as verl's."""
+        if self._built_from["engine"].get("forward_only", False):
+            return None
+        return EngineryOptimizer(self)
 
     # --- steps ---
     def forward_backward_batch(self, data, loss_function, forward_only=False):
         """verl's forward_backward_batch: {"model_output": {name: per-row outputs in the batch's layout and row
         order}, "loss": [one float per micro-batch], "metrics": {name: [one value per micro-batch]}}."""
         try:
-            call = _Call(self, data, loss_function)
+            call = _Call(self, data, loss_function, forward_only)
         except LayoutError as e:
             raise _error(e.what, "enginery.verl forward_backward_batch", e.allowed) from None
         out = self._engine.forward_backward_batch(call.batch, call.engine_loss if loss_function else None,
@@ -313,11 +351,86 @@ def _hf_delta_entry(name, spec, place, lidx, lval):
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class ShardedGradScalerView:
-    """What torch's ShardedGradScaler answers about itself, read from enginery's C++ sharded scaler (its found-inf is
-    agreed across ranks; docs/ARCHITECTURE.md, "Precision"). The engine drives it; this view only reads."""
+def _rows(piece, full_shape, offset):
+    """A piece of whole rows in their shape (FSDP2's dim-0 shards); any other piece as it is (1-D)."""
+    row = math.prod(full_shape[1:]) if len(full_shape) > 1 else 1
+    if len(full_shape) == 0 or offset % row or piece.numel() % row:
+        return piece
+    return piece.view(piece.numel() // row, *full_shape[1:])
 
-    def __init__(self, engine):
+
+def _local_module(pieces):
+    root = torch.nn.Module()
+    for name, full_shape, offset, piece, grad in pieces:
+        *path, leaf = name.split(".")
+        module = root
+        for part in path:
+            if part not in module._modules:
+                module.add_module(part, torch.nn.Module())
+            module = module._modules[part]
+        parameter = torch.nn.Parameter(_rows(piece, full_shape, offset))  # shares the piece's storage
+        if grad is not None:
+            parameter.grad = _rows(grad, full_shape, offset)
+        module.register_parameter(leaf, parameter)
+    return root
+
+
+class EngineryOptimizer:
+    """torch.optim's face of the engine's AdamW (docs/ARCHITECTURE.md, "The contract", train state). The step itself
+    is the engine's optimizer_step (unscale, clip, skip on non-finite, step), not a method here."""
+
+    def __init__(self, owner):
+        self._owner = owner
+
+    @property
+    def param_groups(self):
+        values = self._owner._engine.optimizer_hyperparameters
+        return [_ParamGroup(self._owner._engine, values, list(self._owner.module.parameters()))]
+
+    def zero_grad(self, set_to_none=True):
+        if not set_to_none:
+            raise _error("zero_grad(set_to_none=False)", "enginery.verl optimizer",
+                         "set_to_none=True (the engine releases its gradients, as FSDP2's zero_grad)")
+        self._owner.optimizer_zero_grad()
+
+    def state_dict(self):
+        raise _error("optimizer.state_dict()", "enginery.verl optimizer",
+                     "save_checkpoint(), which writes the sharded optimizer state")
+
+
+class _ParamGroup(dict):
+    """One torch param group; a write of lr, betas, eps or weight_decay reaches the engine at once, any other key
+    is refused by name (AdamW's other options are not implemented)."""
+    WRITABLE = ("lr", "betas", "eps", "weight_decay")
+
+    def __init__(self, engine, values, params):
+        super().__init__(values, params=params)
+        self._engine = engine
+
+    def __setitem__(self, key, value):
+        self.update({key: value})
+
+    def update(self, other=(), **kwargs):
+        changes = dict(other, **kwargs)
+        refused = sorted(set(changes) - set(self.WRITABLE))
+        if refused:
+            raise _error(f"param_group[{', '.join(map(repr, refused))}] written", "enginery.verl optimizer",
+                         ", ".join(self.WRITABLE))
+        values = {key: self[key] for key in self.WRITABLE}
+        values.update(changes)
+        values["betas"] = tuple(float(b) for b in values["betas"])
+        self._engine.optimizer_hyperparameters = values  # checked there, each field by name
+        super().update(self._engine.optimizer_hyperparameters)
+
+
+class EngineryGradScaler(ShardedGradScaler):
+    """torch's ShardedGradScaler whose state is the engine's C++ sharded scaler (found-inf agreed across ranks;
+    docs/ARCHITECTURE.md, "Precision"): its getters read it and scale() multiplies by its current scale, so verl's
+    isinstance checks and readers see the truth. The engine's optimizer_step runs unscale, step-or-skip and update
+    itself, so the methods that would drive a torch optimizer are refused by name. torch's __init__ is not run:
+    every method that reads its state is answered here."""
+
+    def __init__(self, engine):  # noqa: super().__init__ not called: the state lives in the engine
         self._engine = engine
 
     def _state(self):
@@ -338,8 +451,49 @@ class ShardedGradScalerView:
     def get_growth_interval(self):
         return self._state()["growth_interval"]
 
+    def _get_growth_tracker(self):
+        return self._state()["growth_tracker"]
+
     def last_step_skipped(self):
         return self._state()["last_step_skipped"]
+
+    def state_dict(self):
+        state = self._state()
+        return {"scale": state["scale"], "growth_factor": state["growth_factor"],
+                "backoff_factor": state["backoff_factor"], "growth_interval": state["growth_interval"],
+                "_growth_tracker": state["growth_tracker"]}
+
+    def scale(self, outputs):
+        factor = self.get_scale()
+        if isinstance(outputs, torch.Tensor):
+            return outputs * factor
+        return type(outputs)(self.scale(o) for o in outputs)
+
+    def _driven_by_the_engine(self, name):
+        raise _error(f"scaler.{name}()", "enginery.verl scaler",
+                     "engine.optimizer_step(), which unscales, skips a non-finite step on every rank and updates the "
+                     "scale itself")
+
+    def unscale_(self, optimizer):
+        self._driven_by_the_engine("unscale_")
+
+    def step(self, optimizer, *args, **kwargs):
+        self._driven_by_the_engine("step")
+
+    def update(self, new_scale=None):
+        self._driven_by_the_engine("update")
+
+    def load_state_dict(self, state_dict):
+        self._driven_by_the_engine("load_state_dict")
+
+    def set_growth_factor(self, new_factor):
+        self._driven_by_the_engine("set_growth_factor")
+
+    def set_backoff_factor(self, new_factor):
+        self._driven_by_the_engine("set_backoff_factor")
+
+    def set_growth_interval(self, new_interval):
+        self._driven_by_the_engine("set_growth_interval")
 
 
 def _no_hdfs(hdfs_path, where):
@@ -391,25 +545,48 @@ def _check_metadata(data):
     return entropy
 
 
-def _micro_batch(data, rows, size, **metadata):
-    """verl's rows `rows` of the batch, as verl's own engine hands them to its loss: a TensorDict stays one (verl's
-    losses call its select(...).to_padded_tensor()), cut by verl's index_select_tensor_dict, with `metadata` as
-    non-tensor entries; a dict stays a dict."""
+def _micro_batch(data, rows, size, device, **metadata):
+    """verl's rows `rows` of the batch on the engine's device, as verl's own engine hands them to its loss (its
+    forward_step moves each micro-batch there): a TensorDict stays one (verl's losses call its
+    select(...).to_padded_tensor()), cut by verl's index_select_tensor_dict, with `metadata` as non-tensor entries;
+    a dict stays a dict."""
     if type(data).__name__ == "TensorDict":
         from verl.utils import tensordict_utils as tu
-        micro = tu.index_select_tensor_dict(data, rows)
+        micro = tu.index_select_tensor_dict(data, rows).to(device)
         tu.assign_non_tensor(micro, **metadata)
         return micro
     micro = layout.select_rows(data, rows, size)
+    micro = {key: _to(value, device) for key, value in micro.items()}
     micro.update(metadata)
     return micro
+
+
+def _to(value, device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=True)
+    if layout.is_sequence_list(value):
+        return [t.to(device, non_blocking=True) for t in value]
+    return value
+
+
+def _append_metrics(into, metrics):
+    """One micro-batch's metrics into the call's, as verl's engine gathers them (its append_to_dict): a verl Metric
+    starts one Metric per key that takes every micro-batch's values, so its aggregation (mean, sum, min, max) is kept
+    for the trainer's reduce; a list extends the key's list; any other value is appended to it."""
+    for name, value in (metrics or {}).items():
+        if name not in into:
+            into[name] = value.init_list() if hasattr(value, "init_list") else []
+        if isinstance(value, list):
+            into[name].extend(value)
+        else:
+            into[name].append(value)
 
 
 class _Call:
     """One forward_backward_batch: the engine's batch, the loss function as the engine calls it, and verl's result
     put together from what each micro-batch's loss saw."""
 
-    def __init__(self, owner, data, loss_function):
+    def __init__(self, owner, data, loss_function, forward_only):
         calculate_entropy = _check_metadata(data)
         temperature = _temperature(data, owner._scales_logits)
         pad_token_id = layout.get(data, "pad_token_id", 0)
@@ -423,6 +600,9 @@ class _Call:
             value = layout.get(data, key)
             if value is not None:
                 self.batch[key] = int(value) if isinstance(value, torch.Tensor) else value
+        # verl's engine drops a training call's model outputs unless the caller asks for them (its Tinker worker
+        # does): they are full-length per-token tensors, held for nothing otherwise.
+        self.keep_outputs = forward_only or bool(layout.get(data, "return_model_output", False))
         self.data = data
         self.size = self.batch[layout.ROW_KEY].shape[0]
         self.loss_function = loss_function
@@ -432,16 +612,21 @@ class _Call:
 
     def engine_loss(self, model_output, micro, ctx):
         """The engine's loss callback: verl's loss_function(model_output=, data=, dp_group=) on verl's rows of this
-        micro-batch, its outputs in verl's layout. verl's losses multiply by dp_size because FSDP averages
-        gradients over ranks; enginery sums them (docs/ARCHITECTURE.md, "One step"), so the loss handed back for
-        backward is divided by dp_size. The value reported is the loss function's own."""
-        rows = micro[layout.ROW_KEY].tolist()
-        if float(micro["loss_mask"].sum()) == 0.0 and float(self.batch["loss_mask"][rows].sum()) > 0.0:
+        micro-batch (moved to the engine's device), its outputs in verl's layout. verl's losses multiply by
+        dp_size because FSDP averages gradients over ranks; enginery sums them (docs/ARCHITECTURE.md, "One step"),
+        so the loss handed back for backward is divided by dp_size. The value reported is the loss function's
+        own."""
+        # One read from the device for both (verl's engine, too, reads its loss back once per micro-batch).
+        *rows, targets = torch.cat([micro[layout.ROW_KEY].to(torch.float64),
+                                    micro["loss_mask"].sum().to(torch.float64).reshape(1)]).tolist()
+        rows = [int(r) for r in rows]
+        if targets == 0.0 and float(self.batch["loss_mask"][rows].sum()) > 0.0:
             # A filler (a rank with fewer rows runs one so its collectives pair up): no loss, zero gradients.
             return next(iter(model_output.values())).sum() * 0.0
         sub = self.layout.subset(rows)
         verl_output = {name: sub.output(name, value) for name, value in model_output.items()}
-        verl_data = _micro_batch(self.data, rows, self.size, batch_num_tokens=ctx.global_num_tokens,
+        device = next(iter(model_output.values())).device
+        verl_data = _micro_batch(self.data, rows, self.size, device, batch_num_tokens=ctx.global_num_tokens,
                                  dp_size=ctx.dp_size)
         returned = self.loss_function(model_output=verl_output, data=verl_data,
                                       dp_group=self.owner.get_data_parallel_group())
@@ -450,10 +635,10 @@ class _Call:
             raise _error(f"loss_function returned a {type(loss).__name__} loss", "enginery.verl loss_function",
                          "(torch.Tensor, dict)")
         self.losses.append(float(loss.detach()))
-        for name, value in (metrics or {}).items():
-            self.metrics.setdefault(name, []).append(value)
+        _append_metrics(self.metrics, metrics)
         return loss / ctx.dp_size
 
     def result(self, out):
-        model_output = {name: self.layout.output(name, value) for name, value in out["model_output"].items()}
+        model_output = ({name: self.layout.output(name, value) for name, value in out["model_output"].items()}
+                        if self.keep_outputs else {})
         return {"model_output": model_output, "loss": self.losses, "metrics": self.metrics}

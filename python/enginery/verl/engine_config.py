@@ -22,7 +22,7 @@ class EngineryEngineConfig(EngineConfig):
     # verl's key and shape: {"param_dtype": "bf16" | "fp16" | "fp32", "reduce_dtype": ..., "buffer_dtype": ...};
     # None is verl's default, bf16 compute with fp32 reductions and buffers.
     mixed_precision: Optional[dict[str, Any]] = None
-    # The state in host memory outside train_mode()/eval_mode() (README.md, "From Python / from verl").
+    # The state in host memory outside train_mode()/eval_mode() (python/README.md, "enginery.verl in detail").
     offload_outside_modes: bool = False
 
     def __post_init__(self):
