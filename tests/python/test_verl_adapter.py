@@ -466,3 +466,21 @@ def test_optimizer_param_groups_steer_the_next_step():
         engine.optimizer.param_groups[0]["betas"] = (0.9, 1.0)
     with pytest.raises(enginery.EngineryError, match=r"param_group\['amsgrad'\] written"):
         engine.optimizer.param_groups[0]["amsgrad"] = True
+
+
+def test_weight_export_outside_modes_brings_the_model_and_sends_it_back():
+    """With offload_outside_modes, verl's weight sync runs outside the contexts, where the model waits in host memory
+    (the GPU engine refuses to gather it there): the export brings the model alone and sends it back once the
+    generator is exhausted, as verl's engine loads an offloaded model for its export. Inside a context, no move."""
+    engine = adapter(offload_outside_modes=True)
+    spy = engine._engine = _RecordingEngine(engine._engine)
+    spy.moves.clear()
+    generator, _ = engine.get_per_tensor_param()
+    assert spy.moves == []  # lazy, as verl's: nothing moves before the first tensor is asked for
+    names = [name for name, _ in generator]
+    assert names and spy.moves == [("cpu", True, False, False)] * 2  # engine.device, then back to the host
+    spy.moves.clear()
+    with engine.eval_mode():
+        spy.moves.clear()
+        assert [name for name, _ in engine.get_per_tensor_param()[0]] == names
+        assert spy.moves == []

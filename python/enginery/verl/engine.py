@@ -235,8 +235,20 @@ class EngineryVerlEngine:
     # --- weights, state, topology ---
     def get_per_tensor_param(self, dtype=None, **kwargs):
         """(generator of (HF name, full tensor), None): verl's pair, the second being the PEFT config enginery never
-        has. Collective: every rank must exhaust the generator."""
-        return self._engine.get_per_tensor_param(dtype), None
+        has. Collective: every rank must exhaust the generator. With offload_outside_modes, outside the contexts
+        the model comes to the GPU for the export and goes back once the generator is exhausted, as verl's engine
+        loads an offloaded model for its weight sync."""
+        return self._model_home(lambda: self._engine.get_per_tensor_param(dtype)), None
+
+    def _model_home(self, tensors):
+        away = self._offload_outside_modes and self.mode is None
+        if away:
+            self._engine.to(self.device, True, False, False)
+        try:
+            yield from tensors()
+        finally:
+            if away:
+                self._engine.to("cpu", True, False, False)
 
     # verl's BaseEngine default: the delta diff base in pinned host memory where CUDA is available.
     delta_pin_snapshots = True
