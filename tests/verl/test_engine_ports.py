@@ -2,9 +2,9 @@
 in the same test, for verl's own FSDP engine (the control, strategy "fsdp2"; "fsdp" too where verl can build it).
 The ranks (engine_ports_worker.py) are processes started by torch.multiprocessing's spawn, meeting at a file://
 rendezvous as verl's do, but kept for the module rather than spawned per test (Ranks says why): two over Gloo on
-the CPU, one over NCCL on cuda (the GPU machine has one GPU; verl's tests use 2 and 8). The models
-are verl's Qwen3 configs, shrunk where verl's are full size (the CPU forces it); attention is sdpa where verl's test
-leaves verl's default flash_attention_2, which is not installed.
+the CPU, one over NCCL on cuda (the GPU machine has one GPU; verl's tests use 2 and 8). The models are verl's
+Qwen3 configs, shrunk where verl's are full size (the CPU forces it); verl's engine gets sdpa attention where verl's
+test leaves verl's default flash_attention_2, which is not installed.
 
 - test_tinker_workers_expose_split_training_primitives: verl's Tinker workers (pure verl).
 - test_fsdp_engine_split_forward_backward_and_optimizer_step: verl's split step (Tinker's primitives) on the
@@ -18,18 +18,22 @@ leaves verl's default flash_attention_2, which is not installed.
   grads zeroed on leaving every train_mode (`grad_norm_1.item() > 0` or `grad_norm_2 > 1.5 x grad_norm_1`);
   .grad not the engine's gradient (the same two, or the grad-norm equality); a .grad left after a zeroing
   (`not _has_any_grad`); param_groups that the step does not read (the AdamW comparison); max_token_len_per_gpu
-  refused without use_dynamic_bsz (an EngineryError from forward_backward_batch).
+  refused without use_dynamic_bsz (an EngineryError naming engine.max_token_len_per_gpu, building the engine).
+  A rank that hangs is reported with its stack (Ranks): verl's workers end with dist.destroy_process_group() and
+  then free the engine.
 - test_fsdp2_autocast_dtype_honors_mixed_precision: verl's #5932 regression test: _autocast_dtype follows
   mixed_precision.param_dtype (bf16/fp32/fp16), no scaler for bf16 and fp32, and for fp16 an instance of torch's
   ShardedGradScaler (enginery's former read-only view fails `isinstance(engine.scaler, ShardedGradScaler)`).
 - test_per_tensor_generator: get_per_tensor_param's names and shapes against a meta-device transformers model's
-  state_dict, with fsdp_size 4 above the world size (verl reads it as the whole world; enginery refusing it fails
-  at initialize); beyond verl's test, every value equals the saved Hugging Face weight bitwise and every saved
+  state_dict, with fsdp_size 4 above the world size (verl reads it as the whole world; an engine refusing it fails
+  building the engine); beyond verl's test, every value equals the saved Hugging Face weight bitwise and every saved
   weight comes once. verl's test also runs Ulysses sequence parallelism (ulysses_sequence_parallel_size=2) and
   Qwen3MoeConfig: enginery has neither (issue 45), so sp=2 runs for verl's control only and MoE not at all; the
   sp=2 and MoE cases of enginery are issue 45's.
 """
 import os
+import queue
+import time
 
 import pytest
 import torch
@@ -67,36 +71,57 @@ def create_actor_model(tmp_path, config):
 
 
 class Ranks:
-    """WORLD_SIZE processes started by torch.multiprocessing's spawn, kept for the whole module: each test runs its
-    worker on every rank at once with a fresh file:// rendezvous, as verl's mp.spawn does, without each test
-    paying the ranks' start (importing torch, transformers and verl takes longer than the tests' work on two CPU
-    cores). A failure or a timeout stops the ranks (the other rank may wait in a collective) and the next test
-    starts new ones."""
+    """WORLD_SIZE processes started by torch.multiprocessing's spawn, one per rank, kept for the whole module: each
+    test runs its worker on every rank at once with a fresh file:// rendezvous, as verl's mp.spawn does, without
+    paying the ranks' start per test (importing torch, transformers and verl takes longer than the tests' work on
+    two CPU cores). A failure, a dead rank or a timeout stops the ranks (another may wait in a collective) and the
+    next test starts new ones."""
 
-    TIMEOUT_S = 300
+    TIMEOUT_S = 150
 
     def __init__(self):
-        self._pool = None
+        self._processes = []
+
+    def _start(self):
+        context = mp.get_context("spawn")
+        self._results = context.Queue()
+        self._tasks = [context.Queue() for _ in range(WORLD_SIZE)]
+        self._processes = [context.Process(target=engine_ports_worker.serve, args=(rank, tasks, self._results),
+                                           daemon=True) for rank, tasks in enumerate(self._tasks)]
+        for process in self._processes:
+            process.start()
 
     def run(self, fn, tmp_path, name, *args):
         rendezvous_file = str(tmp_path / name)
         os.makedirs(os.path.dirname(rendezvous_file), exist_ok=True)
-        if self._pool is None:
-            self._pool = mp.get_context("spawn").Pool(WORLD_SIZE)
-        # One task per rank, each blocking in the rendezvous until all are taken: every process takes one.
-        pending = [self._pool.apply_async(fn, (rank, WORLD_SIZE, rendezvous_file, *args)) for rank in range(WORLD_SIZE)]
-        try:
-            for result in pending:
-                result.get(timeout=self.TIMEOUT_S)
-        except BaseException:
-            self.close()
-            raise
+        if not self._processes:
+            self._start()
+        for tasks in self._tasks:
+            tasks.put((fn, (WORLD_SIZE, rendezvous_file, *args), self.TIMEOUT_S - 20))
+        deadline = time.monotonic() + self.TIMEOUT_S
+        waiting = set(range(WORLD_SIZE))
+        while waiting:
+            try:
+                rank, error = self._results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [r for r in waiting if not self._processes[r].is_alive()]
+                if dead or time.monotonic() > deadline:
+                    what = (f"rank {dead[0]} died (exit code {self._processes[dead[0]].exitcode})" if dead else
+                            f"rank(s) {sorted(waiting)} gave no answer in {self.TIMEOUT_S} s (the captured stderr "
+                            f"has their Python stacks; one at serve's fn(...) line hangs freeing the worker's locals)")
+                    self.close()
+                    pytest.fail(f"{fn.__name__}: {what}", pytrace=False)
+                continue
+            waiting.discard(rank)
+            if error is not None:
+                self.close()
+                pytest.fail(f"{fn.__name__}, rank {rank}:\n{error}", pytrace=False)
 
     def close(self):
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+        for process in self._processes:
+            process.kill()
+            process.join()
+        self._processes = []
 
 
 @pytest.fixture(scope="module")
