@@ -28,7 +28,24 @@ void ModeContext::enter() { guard_.emplace(training_ ? engine_->train_mode() : e
 
 void ModeContext::exit() { guard_.reset(); }
 
-PyEngine::PyEngine(std::shared_ptr<BaseEngine> engine) : engine_(std::move(engine)) {}
+// [Note: engines die without the GIL] An engine holds torch's process group (EngineArgs::world_group). When the last
+// reference goes from Python (pybind11 frees the object with the GIL held), the group's destructor joins Gloo's
+// worker thread, which may itself be waiting for the GIL to drop the Python-owned tensors of a finished collective
+// (a barrier's): each waits for the other. torch frees its own process groups without the GIL for this reason; so
+// does the last owner of an engine here, whichever object that is (the engine, or a weight stream outliving it).
+std::shared_ptr<BaseEngine> freed_without_gil(std::shared_ptr<BaseEngine> engine) {
+  auto* owner = new std::shared_ptr<BaseEngine>(std::move(engine));
+  return std::shared_ptr<BaseEngine>(owner->get(), [owner](BaseEngine*) {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release release;
+      delete owner;
+    } else {
+      delete owner;
+    }
+  });
+}
+
+PyEngine::PyEngine(std::shared_ptr<BaseEngine> engine) : engine_(freed_without_gil(std::move(engine))) {}
 
 void PyEngine::initialize() {
   py::gil_scoped_release release;

@@ -22,6 +22,9 @@ class ModeContext {
   std::optional<BaseEngine::ModeGuard> guard_;
 };
 
+// `engine` as an owner whose last release frees it without the GIL ([Note: engines die without the GIL]).
+std::shared_ptr<BaseEngine> freed_without_gil(std::shared_ptr<BaseEngine> engine);
+
 class PyEngine {
  public:
   explicit PyEngine(std::shared_ptr<BaseEngine> engine);
