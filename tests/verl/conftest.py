@@ -81,3 +81,26 @@ def tiny_value_model_dir(tmp_path_factory):
     torch.manual_seed(1)
     transformers.AutoModelForTokenClassification.from_config(config).save_pretrained(path)
     return str(path)
+
+
+def one_rank_group():
+    """A one-rank process group for verl's workers and engines, as verl's SPMD tests run them (a module fixture:
+    `pytest.fixture(scope="module", autouse=True)(one_rank_group)`): Gloo with verl's CPU platform and its fsdp2
+    engine registered for the CPU (the control) on the CPU; NCCL on cuda."""
+    import socket
+
+    import torch.distributed as dist
+
+    import verl_cpu
+    if DEVICE == "cpu":
+        verl_cpu.use_cpu_platform()  # before verl's engine modules are imported
+        verl_cpu.register_verl_fsdp_on_cpu()
+    else:
+        torch.cuda.set_device(0)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    dist.init_process_group("gloo" if DEVICE == "cpu" else "nccl")
+    yield
+    dist.destroy_process_group()

@@ -27,18 +27,14 @@ What catches the adapter's old behaviour:
 - model_output == {} after a training train_batch (test_ppo_loss_train_batch_fp32_equals_verl_fsdp2): the model
   outputs came back from training calls, which verl's engine drops unless return_model_output."""
 import math
-import os
-import socket
 from functools import partial
 
 import pytest
 import torch
-import torch.distributed as dist
 import transformers
 import verl_batches
-import verl_cpu
 import verl_shards
-from conftest import DEVICE, engine_config, model_config, new_engine, optimizer_config
+from conftest import DEVICE, engine_config, model_config, new_engine, one_rank_group, optimizer_config
 from test_losses import reference_model, token_log_probs
 
 # Four rows, two micro-batches of two: verl's engine needs the batch to divide into micro-batches.
@@ -54,20 +50,7 @@ MICRO = 2
 BACKENDS = ("enginery_fsdp2", "fsdp2")  # enginery's, then verl's own (the control)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    if DEVICE == "cpu":
-        verl_cpu.use_cpu_platform()
-        verl_cpu.register_verl_fsdp_on_cpu()
-    else:
-        torch.cuda.set_device(0)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo" if DEVICE == "cpu" else "nccl")
-    yield
-    dist.destroy_process_group()
+process_group = pytest.fixture(scope="module", autouse=True)(one_rank_group)
 
 
 def mixed(dtype):

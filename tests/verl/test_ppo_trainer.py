@@ -39,18 +39,14 @@ ref/dp_ref.yaml sets it): its compute_ref_log_prob equals the actor's compute_lo
 
 Against older enginery: the lr check reads engine.optimizer.param_groups, which the adapter lacked before its
 optimizer view (AttributeError in test_the_engines_have_the_configured_backend_precision_and_lr[enginery_fsdp2]).
-The reference-policy test fails while enginery's FSDP engines refuse engine.forward_only = true (the ref's engine
-config; docs/ARCHITECTURE.md lists forward_only among the keys no engine implements yet): verl's PPO with a KL term
-cannot build its reference policy on enginery until then."""
+The reference-policy test failed while enginery's FSDP engines refused engine.forward_only = true (the ref's engine
+config): verl's PPO with a KL term could not build its reference policy on enginery."""
 import os
-import socket
 from functools import partial
 
 import pytest
 import torch
-import torch.distributed as dist
-
-import verl_cpu
+from conftest import one_rank_group
 
 FP32 = "{param_dtype: fp32, reduce_dtype: fp32, buffer_dtype: fp32}"
 LR, CRITIC_LR = 1e-3, 1e-3
@@ -59,18 +55,7 @@ PROMPTS = [[5, 9, 3], [7, 2], [11, 4, 6, 8], [1, 17]]
 RESPONSES = [[12, 30, 7, 2], [40, 3], [9, 9, 21], [6, 50, 8, 8, 2]]
 REWARDS = [1.0, -0.5, 0.25, 0.75]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cpu_process_group():
-    verl_cpu.use_cpu_platform()
-    verl_cpu.register_verl_fsdp_on_cpu()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo")
-    yield
-    dist.destroy_process_group()
+cpu_process_group = pytest.fixture(scope="module", autouse=True)(one_rank_group)
 
 
 @pytest.fixture(scope="module", autouse=True)

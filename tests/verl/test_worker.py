@@ -9,30 +9,17 @@ on the CPU over a one-process Gloo group with verl's CPU platform installed (ver
   bitwise (bf16 by default, fp32 on request); after prime_delta_snapshots and a step,
   get_per_tensor_param_delta_shard carries exactly the elements whose bf16 bytes changed, and applied to the bf16
   seed gives the trained weights; a second delta with no step between is empty. (Two ranks: test_two_ranks.py.)"""
-import os
-import socket
 from functools import partial
 
 import pytest
 import torch
-import torch.distributed as dist
-from conftest import engine_config, model_config, optimizer_config
+from conftest import engine_config, model_config, one_rank_group, optimizer_config
 from test_losses import FP32, ppo_batch, ppo_reference, reference_model
 
-import verl_cpu
 import verl_shards
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cpu_process_group():
-    verl_cpu.use_cpu_platform()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo")
-    yield
-    dist.destroy_process_group()
+cpu_process_group = pytest.fixture(scope="module", autouse=True)(one_rank_group)
 
 
 def new_worker(path):

@@ -38,19 +38,15 @@ engine.module / engine.optimizer, train_mode(**kwargs) ignored, return_model_out
 - test_tinker_split_step: engine.module missing; with it, the grads zeroed on leaving
   train_mode(zero_grad_on_exit=False) fail "norm(grad_1) > 0", a missing log_probs output fails its assertion,
   param_groups writes that do not reach the step fail the AdamW comparison."""
-import os
-import socket
 from functools import partial
 from itertools import chain
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import transformers
-from conftest import DEVICE, model_config
+from conftest import DEVICE, model_config, one_rank_group
 
-import verl_cpu
 
 BACKENDS = ["enginery_fsdp2", "fsdp2"]
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
@@ -59,21 +55,7 @@ VERL_ENGINE_KWARGS = dict(param_offload=True, optimizer_offload=True, use_dynami
                           max_token_len_per_gpu=500, infer_max_token_len_per_gpu=1000)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    if DEVICE == "cpu":
-        verl_cpu.use_cpu_platform()  # before verl's engine modules are imported
-        verl_cpu.register_verl_fsdp_on_cpu()
-        dist.init_process_group("gloo")
-    else:
-        torch.cuda.set_device(0)
-        dist.init_process_group("nccl")
-    yield
-    dist.destroy_process_group()
+process_group = pytest.fixture(scope="module", autouse=True)(one_rank_group)
 
 
 @pytest.fixture(autouse=True)
