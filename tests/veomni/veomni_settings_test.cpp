@@ -93,7 +93,12 @@ TEST(VeOmniSettings, BadSettingsAreRejectedNamingTheField) {
        "engine.mixed_precision.param_dtype", "engine.veomni.mixed_precision"},
       {[](EngineArgs& a) { a.engine.grad_scaler.enabled = ScalerMode::kAlways; }, "engine.grad_scaler.enabled",
        "auto, never"},
-      {[](EngineArgs& a) { a.engine.fsdp_size = 2; }, "engine.fsdp_size", "no HSDP"},
+      // A shard group smaller than the world is HSDP; at the world's size or more it is the whole world (verl's reading).
+      {[](EngineArgs& a) {
+         a.world_size = 2;
+         a.engine.fsdp_size = 1;
+       },
+       "engine.fsdp_size", "no HSDP"},
       {[](EngineArgs& a) { a.engine.reshard_after_forward = false; }, "engine.reshard_after_forward", "true"},
   };
   for (const auto& bad : cases) {
