@@ -1,8 +1,9 @@
 """verl's test_fsdp2_autocast_dtype_honors_mixed_precision (tests/models/test_engine.py) on enginery's backend, on
 the CPU over one process: built with verl's config objects through verl's EngineRegistry, then initialize(), then
 what verl's test reads. bf16: autocast in bf16, no scaler; fp32: no autocast (the autocast dtype is fp32), no
-scaler; fp16: a sharded grad scaler, an instance of torch's ShardedGradScaler (verl's own assertion) whose getters read enginery's C++ scaler and
-whose scale() multiplies by its scale (enginery.verl.engine.EngineryGradScaler)."""
+scaler; fp16: a sharded grad scaler, an instance of torch's ShardedGradScaler (verl's own assertion) whose getters
+read enginery's C++ scaler and whose scale() multiplies by its scale (enginery.verl.engine.EngineryGradScaler).
+test_engine_ports.py runs verl's test itself over two ranks beside verl's engine."""
 import pytest
 import torch
 from conftest import engine_config, new_engine
