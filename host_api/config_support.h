@@ -25,7 +25,7 @@ struct ConfigSupport {
   std::vector<c10::ScalarType> buffer_dtypes = {c10::kFloat};
   std::vector<ScalerMode> scaler_modes = {ScalerMode::kAuto, ScalerMode::kNever};  // engine.grad_scaler.enabled
   std::vector<c10::ScalarType> model_dtypes = {c10::kFloat};  // engine.model_dtype (the master weights)
-  bool hsdp = false;                       // engine.fsdp_size other than -1 or the world size
+  bool hsdp = false;                       // engine.fsdp_size from 1 to below the world size
   bool keep_params_after_forward = false;  // engine.reshard_after_forward = false
   bool forward_only = false;               // engine.forward_only = true (an engine without optimizer state)
   bool param_offload = false;              // engine.param_offload

@@ -270,8 +270,18 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
     if (lead) compat::remove_all(tmp, ec);
   };
 
-  // 1. The temporary directory.
-  agree_or_throw(lead ? error_of([&] { durable::fresh_dir(tmp); }) : "", stage, {});
+  // 1. The temporary directory, once the destination is known to hold nothing of the user's: replacing an earlier
+  // checkpoint of ours (its metadata file) or an empty directory loses nothing; anything else would be deleted.
+  agree_or_throw(lead ? error_of([&] {
+    if (fs::exists(final_path) &&
+        !(fs::is_directory(final_path) &&
+          (fs::is_empty(final_path) || fs::exists(final_path / ckpt::kMetadataFile)))) {
+      throw EngineryError(path + " holds files enginery did not write (no " + ckpt::kMetadataFile +
+                              "): saving there would replace them",
+                          "save_checkpoint", "a new or empty directory, or an earlier enginery checkpoint");
+    }
+    durable::fresh_dir(tmp);
+  }) : "", stage, {});
 
   // 2. This rank's files. The Hugging Face weights are gathered even after a failure: every rank takes part.
   ckpt::CheckpointPlan plan(*fsdp_, *model_);

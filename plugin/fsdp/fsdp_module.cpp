@@ -45,7 +45,7 @@ DpGroups DpGroups::create(const EngineArgs& args, int64_t fsdp_size) {
   if (world % fsdp_size != 0) {
     throw EngineryError("fsdp_size " + std::to_string(fsdp_size) + " does not divide the data-parallel size " +
                             std::to_string(world),
-                        "engine.fsdp_size", "-1 or a divisor of the world size");
+                        "engine.fsdp_size", "-1, a divisor of the world size, or the world size or more");
   }
   // Subgroups only involve their members, so each rank creates just its own two; the prefix keeps several engines
   // in one process (actor and critic) apart — every rank builds its engines in the same order.

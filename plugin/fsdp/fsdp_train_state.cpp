@@ -2,6 +2,7 @@
 // and of their gradients as views into the units' shards, at the flat ranges the shard export names; AdamW's
 // hyperparameters and the next step's learning rate, read and written between steps.
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "host_api/error.h"
@@ -66,7 +67,9 @@ OptimizerHyperparameters FSDPEngine::optimizer_hyperparameters() const {
 void FSDPEngine::set_optimizer_hyperparameters(const OptimizerHyperparameters& h) {
   const auto check = [](bool ok, const std::string& key, double value, const std::string& allowed) {
     if (!ok || !std::isfinite(value)) {
-      throw EngineryError(key + " = " + std::to_string(value), "optimizer param_groups", allowed);
+      char text[32];
+      std::snprintf(text, sizeof(text), "%g", value);
+      throw EngineryError(key + " = " + text, "optimizer param_groups", allowed);
     }
   };
   check(h.lr >= 0.0, "lr", h.lr, "a finite number >= 0");

@@ -70,8 +70,9 @@ class ENGINERY_FSDP_API FsdpUnit {
   // The shard gradient as it is, a pending zero left pending (an empty tensor on the shard's device): what
   // FSDPEngine::move_state moves, which must not materialise zeros it is about to copy.
   torch::Tensor& shard_grad_unsettled() { return shard_grad_; }
-  // Whether shard_grad() currently has storage (false between zero_grad and the first reduction).
-  bool holds_shard_grad() const { return shard_grad_.numel() > 0; }
+  // Whether the unit holds a gradient: false between zero_grad and the first reduction (the offloaded host buffer
+  // keeps its storage through a zero, so its size alone does not say).
+  bool holds_shard_grad() const { return shard_grad_.numel() > 0 && !zero_pending_; }
 
   // With param_dtype bf16, one rank in the shard and replicate groups and fp32 reduction, the reduction is the
   // identity, so the fp32 gradient of a step with a single reduction holds exactly the bf16 values autograd made:

@@ -20,7 +20,11 @@ class ENGINERY_FSDP_API LrScheduler {
                             // overwrites a param_group["lr"] written by hand)
   void set_lr(double lr) { lr_override_ = lr; }
   int64_t current_step() const { return step_; }
-  void set_current_step(int64_t step) { step_ = step; }
+  // A loaded checkpoint's step; the schedule's lr holds again (a hand-written lr is not part of a checkpoint).
+  void set_current_step(int64_t step) {
+    step_ = step;
+    lr_override_.reset();
+  }
   int64_t warmup_steps() const { return warmup_; }
   double multiplier(int64_t step) const;
 

@@ -236,6 +236,33 @@ TEST(FsdpCheckpoint, WriteErrorLeavesThePreviousCheckpoint) {
   });
 }
 
+// A save into a directory holding a user's files is refused on every rank, by name, and deletes nothing; an empty
+// directory or an earlier checkpoint of ours is replaced (verl's workers save each step into a fresh directory).
+TEST(FsdpCheckpoint, SaveIntoAUsersDirectoryIsRefusedAndKeepsItsFiles) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    auto args = make_args("fsdp2", "fp32", ctx.rank, 2, ctx.group, ctx.store);
+    fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
+    engine.initialize();
+    const fs::path users = fs::path(ctx.shared_dir) / "users", empty = fs::path(ctx.shared_dir) / "empty";
+    if (ctx.rank == 0) {
+      fs::create_directories(users / "data");
+      std::ofstream(users / "notes.txt") << "mine";
+      fs::create_directories(empty);
+    }
+    ctx.group->barrier()->wait();
+    const std::string err = error_of([&] { engine.save_checkpoint(users.string(), 1, 0); });
+    // The rank that looked (0) names the cause; the others name that rank, as every failed save does.
+    EXPECT_NE(err.find(ctx.rank == 0 ? users.string() + " holds files enginery did not write (no metadata.json)"
+                                     : std::string("rank 0 failed")),
+              std::string::npos)
+        << err;
+    EXPECT_TRUE(fs::exists(users / "notes.txt") && fs::is_directory(users / "data"));
+    engine.save_checkpoint(empty.string(), 1, 0);
+    engine.save_checkpoint(empty.string(), 2, 0);  // our own checkpoint: replaced
+    EXPECT_TRUE(fs::exists(empty / "metadata.json"));
+  });
+}
+
 // max_ckpt_to_keep counts complete checkpoints on disk, so it holds across restarts (a new engine), and never
 // touches directories that are not global_step_<N> checkpoints.
 TEST(FsdpCheckpoint, RetentionCountsCompleteCheckpointsOnDisk) {

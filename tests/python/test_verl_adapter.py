@@ -422,7 +422,8 @@ def test_metrics_gather_as_verls_engine_gathers_them():
 
 def test_module_is_this_ranks_parameters_and_gradients():
     """engine.module: every Hugging Face name once, each piece the engine's own fp32 master (a write through it
-    changes what get_per_tensor_param gathers), its gradient the engine's (the norm optimizer_step reports)."""
+    changes what get_per_tensor_param gathers), no gradient before the first backward, as FSDP2 starts (that its
+    gradients are the ones optimizer_step measures: test_gradients_survive_a_train_block_that_does_not_zero_them)."""
     engine = adapter()
     names = [name for name, _ in engine.get_per_tensor_param()[0]]
     full = dict(engine.get_per_tensor_param()[0])
@@ -462,7 +463,7 @@ def test_optimizer_param_groups_steer_the_next_step():
     assert all(torch.equal(got[name], want[name]) for name in want)
     assert engine.optimizer.param_groups[0]["lr"] == written["lr"]
     assert close(engine.lr_scheduler_step(), OPTIM["lr"]) and engine.optimizer.param_groups[0]["lr"] == OPTIM["lr"]
-    with pytest.raises(enginery.EngineryError, match=r"betas\[1\] = 1\.0.*0 <= beta < 1"):
+    with pytest.raises(enginery.EngineryError, match=r"betas\[1\] = 1 .*0 <= beta < 1"):
         engine.optimizer.param_groups[0]["betas"] = (0.9, 1.0)
     with pytest.raises(enginery.EngineryError, match=r"param_group\['amsgrad'\] written"):
         engine.optimizer.param_groups[0]["amsgrad"] = True
@@ -484,3 +485,17 @@ def test_weight_export_outside_modes_brings_the_model_and_sends_it_back():
         spy.moves.clear()
         assert [name for name, _ in engine.get_per_tensor_param()[0]] == names
         assert spy.moves == []
+
+
+def test_module_gradients_with_the_masters_offloaded():
+    """engine.param_offload keeps the shard gradients' host buffer through a zero grad: still no gradient reads
+    back after it (None, as FSDP2's set_to_none), and the one written by a backward is the one the step measures."""
+    prompts, responses = verl_common.sequences()
+    engine = adapter(param_offload=True)
+    assert all(p.grad is None for p in engine.module.parameters())
+    with engine.train_mode(zero_grad_on_exit=False):
+        engine.forward_backward_batch(verl_common.verl_batch(prompts, responses), verl_common.sft_loss)
+    held = _grad_norm(engine.module)
+    with engine.train_mode():
+        assert close(engine.optimizer_step(), held)
+    assert all(p.grad is None for p in engine.module.parameters())

@@ -175,7 +175,9 @@ class EngineryVerlEngine:
     def scaler(self):
         """fp16: torch's ShardedGradScaler over the engine's own sharded scaler (EngineryGradScaler); bf16 and fp32:
         None, as verl's FSDP engine."""
-        return None if self._engine.precision["grad_scaler"] is None else EngineryGradScaler(self._engine)
+        if self._engine.precision["grad_scaler"] is None:
+            return None
+        return EngineryGradScaler(self._engine, self.device.split(":")[0])
 
     # --- what verl's code reads off an FSDP engine: its module and its optimizer ---
     @property
@@ -428,7 +430,7 @@ class _ParamGroup(dict):
         if refused:
             raise _error(f"param_group[{', '.join(map(repr, refused))}] written", "enginery.verl optimizer",
                          ", ".join(self.WRITABLE))
-        values = {key: self[key] for key in self.WRITABLE}
+        values = self._engine.optimizer_hyperparameters  # now, not when this group was read: a step may have passed
         values.update(changes)
         values["betas"] = tuple(float(b) for b in values["betas"])
         self._engine.optimizer_hyperparameters = values  # checked there, each field by name
@@ -439,10 +441,14 @@ class EngineryGradScaler(ShardedGradScaler):
     """torch's ShardedGradScaler whose state is the engine's C++ sharded scaler (found-inf agreed across ranks;
     docs/ARCHITECTURE.md, "Precision"): its getters read it and scale() multiplies by its current scale, so verl's
     isinstance checks and readers see the truth. The engine's optimizer_step runs unscale, step-or-skip and update
-    itself, so the methods that would drive a torch optimizer are refused by name. torch's __init__ is not run:
-    every method that reads its state is answered here."""
+    itself, so the methods that would drive a torch optimizer are refused by name. torch's own state is set up
+    (enabled, on the engine's device) for what reads it directly; every public reader is answered here."""
 
-    def __init__(self, engine):  # noqa: super().__init__ not called: the state lives in the engine
+    def __init__(self, engine, device):
+        state = engine.precision["grad_scaler"]
+        super().__init__(device=device, init_scale=state["scale"], growth_factor=state["growth_factor"],
+                         backoff_factor=state["backoff_factor"], growth_interval=state["growth_interval"],
+                         enabled=True)
         self._engine = engine
 
     def _state(self):
@@ -613,7 +619,8 @@ class _Call:
             if value is not None:
                 self.batch[key] = int(value) if isinstance(value, torch.Tensor) else value
         # verl's engine drops a training call's model outputs unless the caller asks for them (its Tinker worker
-        # does): they are full-length per-token tensors, held for nothing otherwise.
+        # does): they are full-length per-token tensors. Here they are not converted to verl's layout nor returned;
+        # the engine's own loop still gathers them (a contract change: host_api 3.0's).
         self.keep_outputs = forward_only or bool(layout.get(data, "return_model_output", False))
         self.data = data
         self.size = self.batch[layout.ROW_KEY].shape[0]
@@ -628,7 +635,7 @@ class _Call:
         dp_size because FSDP averages gradients over ranks; enginery sums them (docs/ARCHITECTURE.md, "One step"),
         so the loss handed back for backward is divided by dp_size. The value reported is the loss function's
         own."""
-        # One read from the device for both (verl's engine, too, reads its loss back once per micro-batch).
+        # One read from the device for both; the losses are read back once per call, in result().
         *rows, targets = torch.cat([micro[layout.ROW_KEY].to(torch.float64),
                                     micro["loss_mask"].sum().to(torch.float64).reshape(1)]).tolist()
         rows = [int(r) for r in rows]
@@ -646,11 +653,12 @@ class _Call:
         if not isinstance(loss, torch.Tensor):
             raise _error(f"loss_function returned a {type(loss).__name__} loss", "enginery.verl loss_function",
                          "(torch.Tensor, dict)")
-        self.losses.append(float(loss.detach()))
+        self.losses.append(loss.detach())
         _append_metrics(self.metrics, metrics)
         return loss / ctx.dp_size
 
     def result(self, out):
         model_output = ({name: self.layout.output(name, value) for name, value in out["model_output"].items()}
                         if self.keep_outputs else {})
-        return {"model_output": model_output, "loss": self.losses, "metrics": self.metrics}
+        losses = torch.stack(self.losses).tolist() if self.losses else []
+        return {"model_output": model_output, "loss": losses, "metrics": self.metrics}
