@@ -13,7 +13,12 @@ WHEEL_DIR = $(BUILD)/dist
 
 .PHONY: demo demo-rl test bench-demo-seeds bench-demo-rl-seeds bench-fidelity-cpu deps venv install clean
 
-demo: TESTS = OFF
+# The targets that need no tests build without them, except in a build tree configured with them: `make demo`
+# after `make test` must not reconfigure the tree without its tests (ctest would then list none).
+CONFIGURED_TESTS := $(shell sed -n 's/^ENGINERY_BUILD_TESTS:BOOL=//p' $(BUILD)/CMakeCache.txt 2>/dev/null)
+NO_TESTS_NEEDED = $(or $(CONFIGURED_TESTS),OFF)
+
+demo: TESTS = $(NO_TESTS_NEEDED)
 demo: install
 	$(VENV)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run  # a previous demo is moved aside, never overwritten
 	$(VENV)/bin/enginery plot runs/demo
@@ -22,7 +27,7 @@ demo: install
 # evaluated and checkpointed (with a Hugging Face export) every 25 steps, then GRPO from the first checkpoint at
 # >= 25% held-out exact match (scripts/pick_warmup.py). Both runs move a previous one aside.
 RL_WARMUP_MIN = 0.25
-demo-rl: TESTS = OFF
+demo-rl: TESTS = $(NO_TESTS_NEEDED)
 demo-rl: install
 	$(VENV)/bin/enginery train --config examples/demo.toml --nproc 2 --fresh-run \
 	  --set trainer.experiment_name=demo-rl-sft --set trainer.test_freq=25 --set trainer.save_freq=25 \
@@ -34,16 +39,16 @@ demo-rl: install
 # Benchmarks, not tests (minutes each; bench/fidelity/run_fidelity.py says what they print). The demo's bar: its
 # recipe on seeds 1-5, CPU, 2 ranks, every run >= 95% held-out exact match. The fidelity sweep: fp32, bf16 and fp16
 # on the same seeds, each dtype held to fp32's seed spread, curves in runs/bench-fidelity-cpu/curves.png.
-bench-demo-seeds: TESTS = OFF
+bench-demo-seeds: TESTS = $(NO_TESTS_NEEDED)
 bench-demo-seeds: install
 	$(PYTHON) bench/fidelity/run_fidelity.py --enginery $(VENV)/bin/enginery --dtypes fp32 --seeds 1-5 \
 	  --require-accuracy 0.95 --out runs/bench-demo-seeds
 # demo-rl's bar: its warm-up and GRPO on seeds 1-5, every run's sampled reward rising by >= 0.03
-bench-demo-rl-seeds: TESTS = OFF
+bench-demo-rl-seeds: TESTS = $(NO_TESTS_NEEDED)
 bench-demo-rl-seeds: install
 	PYTHON=$(PYTHON) bench/fidelity/demo_rl_seeds.sh runs/bench-demo-rl-seeds "1 2 3 4 5" fp32 \
 	  --enginery $(VENV)/bin/enginery
-bench-fidelity-cpu: TESTS = OFF
+bench-fidelity-cpu: TESTS = $(NO_TESTS_NEEDED)
 bench-fidelity-cpu: install
 	$(PYTHON) bench/fidelity/run_fidelity.py --enginery $(VENV)/bin/enginery --dtypes fp32,bf16,fp16 --seeds 1-5 \
 	  --out runs/bench-fidelity-cpu
