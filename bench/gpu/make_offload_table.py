@@ -7,6 +7,8 @@ import datetime
 import json
 import sys
 
+from machine import gpu_machine
+
 
 def max_loss_diff(a, b):
     n = min(len(a["losses"]), len(b["losses"]))
@@ -15,7 +17,7 @@ def max_loss_diff(a, b):
 
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    print(f"Date: {datetime.date.today()}, machine: 1x NVIDIA H200, seq 4096, micro-batch 2, bf16 compute / fp32 "
+    print(f"Date: {datetime.date.today()}, machine: {gpu_machine()}, seq 4096, micro-batch 2, bf16 compute / fp32 "
           "master, activation checkpointing as recorded\n")
     print("| shape | micro-batches / step | impl | tokens/s | step s | peak GPU GiB | peak host GiB | final loss | tokens/s vs FSDP2+offload |"
           " step vs enginery resident | max loss diff vs enginery resident | max loss diff vs FSDP2+offload |")

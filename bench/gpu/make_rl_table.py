@@ -10,6 +10,8 @@ import datetime
 import json
 import sys
 
+from machine import gpu_machine
+
 
 def baseline_of(rows):
     for want in (lambda r: r["impl"].startswith("pytorch"), lambda r: r["mode"] == "padded"):
@@ -56,14 +58,14 @@ def checks(rows, base, tol):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
-    ap.add_argument("--machine", default="1x NVIDIA H200")
+    ap.add_argument("--machine", default=None, help="the GPU named in the header (default: nvidia-smi's)")
     ap.add_argument("--tol", type=float, default=1e-2, help="largest |first loss - baseline first loss| accepted")
     args = ap.parse_args()
     rows = [json.loads(line) for line in open(args.results) if line.strip()]
     if not rows:
         sys.exit(f"{args.results}: no rows")
     base = baseline_of(rows)
-    table(rows, base, args.machine)
+    table(rows, base, args.machine or gpu_machine())
     sys.exit(0 if checks(rows, base, args.tol) else 1)
 
 

@@ -28,7 +28,7 @@ SHAPES = {
     "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
 }
-PEAK_BF16_FLOPS = 989e12  # H200 dense bf16, the denominator
+PEAK_BF16_FLOPS = 989e12  # dense bf16 of an H100 SXM and an H200 alike (the MFU denominator)
 
 
 def model_flops_per_token(cfg, seq):

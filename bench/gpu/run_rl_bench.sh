@@ -53,4 +53,4 @@ run_engine() {  # name, then bench_rl_step's mode flags
 run_engine padded
 run_engine packed --remove-padding
 run_engine packed-dynamic --remove-padding --dynamic-bsz --max-token-len $budget
-python3 bench/gpu/make_rl_table.py "$out/results.jsonl" --machine "1x NVIDIA H200" | tee "$out/table.md"
+python3 bench/gpu/make_rl_table.py "$out/results.jsonl" | tee "$out/table.md"
