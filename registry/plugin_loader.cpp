@@ -193,6 +193,21 @@ LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) 
   return LoadedPlugin{manifest, library.path, library.verified};
 }
 
+// `later` not loaded because `loaded`, of the same name, came first from `loaded_dir`.
+ShadowedPlugin shadowed_by(const PluginManifest& later, const PluginManifest& loaded, const PluginSearchDir& loaded_dir) {
+  const bool digests_known = later.sha256 && loaded.sha256;
+  std::string which;
+  if (digests_known && *later.sha256 == *loaded.sha256) {
+    which = "the same plugin (same sha256)";
+  } else {
+    which = std::string(digests_known ? "another" : "a") + " plugin of that name (version " + loaded.version +
+            (digests_known ? ", another library)" : ")");
+  }
+  return {later.file, later.name, loaded.file,
+          "plugin '" + later.name + "' (" + later.file.string() + ") not loaded: " + which + " was loaded from " +
+              loaded.file.string() + ", earlier on the search path (" + loaded_dir.source + ")"};
+}
+
 }  // namespace
 
 PluginLoader::PluginLoader(std::vector<PluginSearchDir> search_path) : search_path_(std::move(search_path)) {}
@@ -257,7 +272,6 @@ PluginLoadReport PluginLoader::load(EngineRegistry& registry) const {
   std::vector<PluginManifest> manifests;
   std::vector<const Candidate*> manifest_candidates;  // parallel to manifests
   std::vector<std::vector<RejectedPlugin>> rejected_in(search_path_.size());
-  std::map<std::string, fs::path> names;
   auto reject = [&](const Candidate& candidate, RejectedPlugin r) {
     for (size_t d : candidate.dirs) rejected_in[d].push_back(r);
     report.rejected.push_back(std::move(r));
@@ -266,26 +280,34 @@ PluginLoadReport PluginLoader::load(EngineRegistry& registry) const {
     try {
       check_trusted_directory_chain(candidate.manifest.parent_path(), "plugin directory");
       check_trusted(candidate.manifest, "plugin manifest");
-      PluginManifest manifest = parse_manifest(candidate.manifest);
-      auto [it, inserted] = names.emplace(manifest.name, manifest.file);
-      if (!inserted) {
-        throw EngineryError("plugin name '" + manifest.name + "' is already used by " + it->second.string(),
-                            manifest.file.string(), "one plugin per name");
-      }
-      manifests.push_back(std::move(manifest));
+      manifests.push_back(parse_manifest(candidate.manifest));
       manifest_candidates.push_back(&candidate);
     } catch (const std::exception& e) {
       reject(candidate, {candidate.manifest, "", e.what()});
     }
   }
 
+  // A name belongs to the first plugin on the search path that loads under it: one that fails a check claims
+  // nothing, and a later one of a name already loaded is shadowed, its library never opened.
+  std::map<std::string, size_t> loaded_names;  // a loaded plugin's name -> its index in manifests
   std::vector<size_t> loaded_from(search_path_.size(), 0);
   for (size_t m = 0; m < manifests.size(); ++m) {
+    const Candidate& candidate = *manifest_candidates[m];
+    auto taken = loaded_names.find(manifests[m].name);
+    if (taken != loaded_names.end()) {
+      const size_t winner = taken->second;
+      report.shadowed.push_back(
+          shadowed_by(manifests[m], manifests[winner], search_path_[manifest_candidates[winner]->dirs.front()]));
+      // Its directory offers a plugin that is in use: what a directory the user named must do.
+      for (size_t d : candidate.dirs) ++loaded_from[d];
+      continue;
+    }
     try {
       report.loaded.push_back(load_one(manifests[m], registry));
-      for (size_t d : manifest_candidates[m]->dirs) ++loaded_from[d];
+      loaded_names.emplace(manifests[m].name, m);
+      for (size_t d : candidate.dirs) ++loaded_from[d];
     } catch (const std::exception& e) {
-      reject(*manifest_candidates[m], {manifests[m].file, manifests[m].name, e.what()});
+      reject(candidate, {manifests[m].file, manifests[m].name, e.what()});
     }
   }
   for (size_t d = 0; d < search_path_.size(); ++d) {

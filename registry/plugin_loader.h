@@ -1,7 +1,9 @@
 #pragma once
 // PluginLoader: finds plugin manifests on the search path, reads all of them before opening any library, then
 // loads each plugin that passes every check into an EngineRegistry (docs/ARCHITECTURE.md, "Plugins and packaging"). A plugin that fails a
-// check is reported with a reason a person can act on and leaves the registry exactly as it was.
+// check is reported with a reason a person can act on and leaves the registry exactly as it was, and claims nothing:
+// a plugin name belongs to the first plugin on the search path that loads under it, and a later one of that name is
+// shadowed (ShadowedPlugin), never opened.
 //
 // Before a library is opened: its files and every directory above them must be owned by the invoking user or root
 // and writable by nobody else (plugin_files.h), its sha256 must equal the manifest's, and a probe process must load
@@ -44,6 +46,16 @@ struct RejectedPlugin {
   std::string reason;
 };
 
+// A plugin not loaded because a plugin of the same name already loaded from earlier on the search path: the same
+// plugin found twice (a copy on --plugin-dir and the bundled one), or another build that the earlier directory
+// shadows, as an earlier PATH entry does. Not a rejection: `note` says which one is in use and why.
+struct ShadowedPlugin {
+  std::filesystem::path path;    // its plugin.toml
+  std::string name;
+  std::filesystem::path loaded;  // the plugin.toml of the plugin that loaded under this name
+  std::string note;              // one line naming both
+};
+
 // A required search directory that gave nothing: `message` names it and its source ("--plugin-dir /typo does not
 // exist", "... holds no plugin that loads: ...").
 struct UnusableDir {
@@ -55,6 +67,7 @@ struct PluginLoadReport {
   std::vector<PluginSearchDir> searched;
   std::vector<LoadedPlugin> loaded;
   std::vector<RejectedPlugin> rejected;
+  std::vector<ShadowedPlugin> shadowed;
   std::vector<UnusableDir> unusable_dirs;
   bool ok() const { return rejected.empty() && unusable_dirs.empty(); }
 };

@@ -56,6 +56,7 @@ PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<Plugin
       *log << "warning: plugin " << (rejected.name.empty() ? "" : "'" + rejected.name + "' ") << "at "
            << rejected.path.string() << " skipped: " << rejected.reason << "\n";
     }
+    for (const auto& shadowed : report.shadowed) *log << "note: " << shadowed.note << "\n";
   }
   check_required_dirs(report);
   return report;

@@ -303,13 +303,6 @@ std::vector<BadCase> bad_cases() {
          make_beta(p, a, manifest_text(spec));
        },
        {"the library calls itself 'tp_beta' but its manifest is named 'gamma'"}, true},
-      {"duplicate_plugin_name", "z_same",
-       [](const fs::path& p, const fs::path&) {
-         ManifestSpec spec = spec_for("tp_beta", "beta");
-         spec.name = "tp_alpha";
-         make_plugin(p, "z_same", "tp_beta", manifest_text(spec));
-       },
-       {"plugin name 'tp_alpha' is already used by", "m_alpha/plugin.toml"}, false},
   };
   return cases;
 }
@@ -436,6 +429,76 @@ TEST(PluginLoader, PluginDirectoryGivenDirectlyAndTwiceLoadsOnce) {
   EXPECT_TRUE(report.ok()) << report.rejected[0].reason;
   EXPECT_EQ(report.loaded.size(), 1u);
   EXPECT_EQ(registry.list().size(), 2u);
+}
+
+// A plugin that fails a check claims nothing, its name included: the plugin of that name later on the search path
+// (the bundled one after a stale copy on ENGINERY_PLUGIN_PATH) still loads.
+TEST(PluginLoader, ARejectedPluginLeavesItsNameToTheNextPluginOfThatName) {
+  TempDir tmp;
+  ManifestSpec stale = spec_for("tp_alpha", "alpha");
+  stale.extra = sha256_line(std::string(64, 'f'));
+  fs::path rejected = make_plugin(make_dir(tmp.path() / "env"), "alpha", "tp_alpha", manifest_text(stale));
+  fs::path bundled = make_plugin(make_dir(tmp.path() / "installed"), "alpha", "tp_alpha", good_alpha_manifest());
+  EngineRegistry registry;
+  PluginLoadReport report = PluginLoader({{tmp.path() / "env", "ENGINERY_PLUGIN_PATH", true},
+                                          {tmp.path() / "installed", "install default", false}})
+                                .load(registry);
+  ASSERT_EQ(report.rejected.size(), 1u);
+  EXPECT_EQ(report.rejected[0].path, rejected / "plugin.toml");
+  EXPECT_NE(report.rejected[0].reason.find("sha256 mismatch"), std::string::npos) << report.rejected[0].reason;
+  ASSERT_EQ(report.loaded.size(), 1u);
+  EXPECT_EQ(report.loaded[0].manifest.file, bundled / "plugin.toml");
+  EXPECT_TRUE(report.shadowed.empty());
+  const EngineOrigin* origin = registry.origin({"language_model", "alpha", "cpu"});
+  ASSERT_NE(origin, nullptr);
+  EXPECT_EQ(origin->manifest, (bundled / "plugin.toml").string());
+}
+
+// The same plugin in two search directories (a copy on --plugin-dir and the bundled one) is one plugin: the one
+// earlier on the search path loads, the other is left with a note, and nothing is rejected.
+TEST(PluginLoader, TheSamePluginFoundTwiceLoadsOnceFromTheEarlierDirectory) {
+  TempDir tmp;
+  fs::path copy = make_plugin(make_dir(tmp.path() / "named"), "alpha", "tp_alpha", good_alpha_manifest());
+  fs::path bundled = make_plugin(make_dir(tmp.path() / "installed"), "alpha", "tp_alpha", good_alpha_manifest());
+  EngineRegistry registry;
+  PluginLoadReport report = PluginLoader({{tmp.path() / "named", "--plugin-dir", true, /*required=*/true},
+                                          {tmp.path() / "installed", "install default", false}})
+                                .load(registry);
+  EXPECT_TRUE(report.ok()) << (report.rejected.empty() ? "" : report.rejected[0].reason);
+  ASSERT_EQ(report.loaded.size(), 1u);
+  EXPECT_EQ(report.loaded[0].manifest.file, copy / "plugin.toml");
+  ASSERT_EQ(report.shadowed.size(), 1u);
+  EXPECT_EQ(report.shadowed[0].path, bundled / "plugin.toml");
+  EXPECT_EQ(report.shadowed[0].name, "tp_alpha");
+  EXPECT_EQ(report.shadowed[0].note,
+            "plugin 'tp_alpha' (" + (bundled / "plugin.toml").string() + ") not loaded: the same plugin (same sha256) "
+            "was loaded from " + (copy / "plugin.toml").string() + ", earlier on the search path (--plugin-dir)");
+  EXPECT_EQ(registry.list().size(), 2u);
+}
+
+// Another library under a name already loaded is shadowed by the earlier one, as a program later on PATH is: the
+// note says which won; the later one's code never runs (it would register the same engines).
+TEST(PluginLoader, APluginOfANameAlreadyLoadedIsShadowedWithANote) {
+  TempDir tmp;
+  fs::path search = make_dir(tmp.path() / "plugins");
+  fs::path alpha = make_plugin(search, "m_alpha", "tp_alpha", good_alpha_manifest());
+  ManifestSpec spec = spec_for("tp_beta", "beta");
+  spec.name = "tp_alpha";
+  fs::path other = make_plugin(search, "z_same", "tp_beta", manifest_text(spec));
+  EngineRegistry registry;
+  size_t opened_before = opened_plugin_library_count();
+  PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true, /*required=*/true}}).load(registry);
+  EXPECT_TRUE(report.ok()) << (report.rejected.empty() ? "" : report.rejected[0].reason);
+  ASSERT_EQ(report.loaded.size(), 1u);
+  EXPECT_EQ(report.loaded[0].manifest.file, alpha / "plugin.toml");
+  ASSERT_EQ(report.shadowed.size(), 1u);
+  EXPECT_EQ(report.shadowed[0].path, other / "plugin.toml");
+  EXPECT_EQ(report.shadowed[0].note,
+            "plugin 'tp_alpha' (" + (other / "plugin.toml").string() + ") not loaded: another plugin of that name "
+            "(version 0.0.1, another library) was loaded from " + (alpha / "plugin.toml").string() +
+            ", earlier on the search path (--plugin-dir)");
+  EXPECT_EQ(opened_plugin_library_count() - opened_before, 1u);
+  EXPECT_FALSE(registry.has({"language_model", "beta", "cpu"}));
 }
 
 TEST(PluginLoader, SearchPathOrderAndColonSeparatedEnvironment) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <unistd.h>
 
@@ -62,6 +63,62 @@ TEST_F(PluginDirs, PluginsCommandLoadsARealDirectory) {  // the control: the sam
   CommandResult ok = run_enginery("plugins --plugin-dir " + std::string(ENGINERY_PLUGIN_DIR));
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_TRUE(has(ok.output, "language_model / fsdp / cpu")) << ok.output;
+}
+
+// A copy of the bundled plugin (root-owned, as the build's, so it loads) on --plugin-dir, the bundled one on
+// ENGINERY_PLUGIN_PATH: one plugin, loaded once from the directory named first, the other left with a note.
+TEST_F(PluginDirs, PluginsCommandLoadsACopyOfTheBundledPluginOnce) {
+  const fs::path copy = dir_ / "copy";
+  fs::create_directories(copy);
+  fs::permissions(copy, fs::perms(0755));
+  fs::copy(fs::path(ENGINERY_PLUGIN_DIR) / "enginery_fsdp", copy / "enginery_fsdp");
+  CommandResult r = run_enginery("plugins --plugin-dir " + copy.string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "plugins loaded: 1\n  enginery_fsdp 0.1.0  (" + (copy / "enginery_fsdp").string() +
+                                "/plugin.toml)"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "plugins shadowed: 1\n  note: plugin 'enginery_fsdp' (" + std::string(ENGINERY_PLUGIN_DIR) +
+                                "/enginery_fsdp/plugin.toml) not loaded: the same plugin (same sha256) was loaded "
+                                "from " + (copy / "enginery_fsdp").string() + "/plugin.toml, earlier on the search "
+                                "path (--plugin-dir)"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "plugins rejected: 0")) << r.output;
+}
+
+// An installed layout (<prefix>/bin/enginery beside <prefix>/lib/enginery/plugins, as pip installs it) with a stale
+// copy of its plugin (wrong sha256) on ENGINERY_PLUGIN_PATH, which comes first: the copy is rejected and claims
+// nothing, so the bundled plugin of the same name loads and the run trains.
+TEST_F(PluginDirs, TrainUsesTheBundledPluginWhenAStaleCopyOnThePluginPathIsRejected) {
+  const fs::path prefix = dir_ / "prefix";
+  fs::create_directories(prefix / "bin");
+  fs::create_directories(prefix / "lib" / "enginery" / "plugins");
+  for (const fs::path& d : {prefix, prefix / "bin", prefix / "lib", prefix / "lib" / "enginery",
+                            prefix / "lib" / "enginery" / "plugins"}) {
+    fs::permissions(d, fs::perms(0755));
+  }
+  fs::copy_file(ENGINERY_EXE, prefix / "bin" / "enginery");
+  fs::copy(fs::path(ENGINERY_PLUGIN_DIR) / "enginery_fsdp", prefix / "lib" / "enginery" / "plugins" / "enginery_fsdp");
+
+  const fs::path stale = dir_ / "stale" / "enginery_fsdp";
+  fs::create_directories(stale.parent_path());
+  fs::permissions(stale.parent_path(), fs::perms(0755));
+  fs::copy(fs::path(ENGINERY_PLUGIN_DIR) / "enginery_fsdp", stale);
+  std::ifstream in(stale / "plugin.toml");
+  std::string manifest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = manifest.find("sha256 = \"");
+  ASSERT_NE(at, std::string::npos) << manifest;
+  manifest.replace(at + 10, 64, std::string(64, 'f'));
+  std::ofstream(stale / "plugin.toml", std::ios::trunc) << manifest;
+
+  const CommandResult r = enginery::test_support::run_shell(
+      "ENGINERY_PLUGIN_PATH=" + stale.parent_path().string() + " OMP_NUM_THREADS=1 " +
+      (prefix / "bin" / "enginery").string() + " " + train_args("--set trainer.val_before_train=false") + " 2>&1");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "warning: plugin 'enginery_fsdp' at " + (stale / "plugin.toml").string() + " skipped: "))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "sha256 mismatch")) << r.output;
+  EXPECT_FALSE(has(r.output, "no engine")) << r.output;
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "summary.txt")) << r.output;
 }
 
 TEST_F(PluginDirs, PluginsCommandRefusesAMissingDirectory) {

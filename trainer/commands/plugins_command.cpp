@@ -1,6 +1,7 @@
-// `enginery plugins [--plugin-dir D ...]`: every plugin found on the search path with its engines, and every
-// rejected plugin with its reason. Exit status 1 when any plugin was rejected, or when a --plugin-dir does not
-// exist or holds no plugin that loads (an error naming it).
+// `enginery plugins [--plugin-dir D ...]`: every plugin found on the search path with its engines, every plugin left
+// out because one of its name came first (a note, not a failure), and every rejected plugin with its reason. Exit
+// status 1 when any plugin was rejected, or when a --plugin-dir does not exist or holds no plugin that loads (an
+// error naming it).
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -39,6 +40,10 @@ int run_plugins(const std::vector<std::string>& plugin_dirs) {
       if (!engine.capabilities.empty()) std::cout << "  [" << joined(engine.capabilities) << "]";
       std::cout << "\n";
     }
+  }
+  if (!report.shadowed.empty()) {
+    std::cout << "plugins shadowed: " << report.shadowed.size() << "\n";
+    for (const auto& shadowed : report.shadowed) std::cout << "  note: " << shadowed.note << "\n";
   }
   std::cout << "plugins rejected: " << report.rejected.size() << "\n";
   for (const auto& rejected : report.rejected) {
