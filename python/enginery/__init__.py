@@ -20,25 +20,46 @@ import warnings
 from . import _build_info
 from ._torch_check import import_torch
 
-# First, and only the torch it was built against (one line saying so otherwise): loads libtorch and registers
-# torch's Python types, which the extension converts to and from.
-try:
-    torch = import_torch(_build_info.TORCH_VERSION)
-    from ._enginery import (Engine, EngineryError, LossContext, ModeContext, ShardStream,  # noqa: F401
-                           WeightBuckets, WeightStream)
-except ImportError as error:
-    # The `enginery` console script (enginery._cli) and `python -m enginery.verl doctor` import this package first
-    # (sys.argv[0] is "-m" while Python locates a -m module): there the one line is the whole output, as for the
-    # commands' other errors, not the last line of a traceback.
-    command = sys.argv[0] if sys.argv else ""
-    if os.path.basename(command) == "enginery" or command == "-m":
-        raise SystemExit(f"enginery: {error}") from None
-    # Imported by `import verl` through the verl.plugins entry point, whose failures verl logs at DEBUG only.
-    if getattr(getattr(sys.modules.get("verl"), "__spec__", None), "_initializing", False):
-        warnings.warn(f"enginery: its engines were not registered with verl: {error}", RuntimeWarning, stacklevel=2)
-    raise
 
-from . import _enginery  # noqa: E402
+def _imported_by_the_console_script():
+    """Whether this process is the `enginery` console script, the wrapper pip writes (`from enginery._cli import
+    main`), which imports this package on its way to _cli. _cli needs torch's version file only and then execs
+    bin/enginery: importing torch there (numpy with it) cost over a second per call and failed under a 3 GB
+    address-space limit that bin/enginery itself runs in. Read from the wrapper's text, not guessed from its name
+    alone: a user's script called `enginery` that imports this package gets all of it."""
+    command = sys.argv[0] if getattr(sys, "argv", None) else ""
+    if os.path.basename(command) != "enginery":
+        return False
+    try:
+        with open(command, encoding="utf-8", errors="replace") as wrapper:
+            return "enginery._cli" in wrapper.read(4096)
+    except OSError:
+        return False
+
+
+_FOR_THE_CONSOLE_SCRIPT = _imported_by_the_console_script()
+
+if not _FOR_THE_CONSOLE_SCRIPT:
+    # First, and only the torch it was built against (one line saying so otherwise): loads libtorch and registers
+    # torch's Python types, which the extension converts to and from.
+    try:
+        torch = import_torch(_build_info.TORCH_VERSION)
+        from ._enginery import (Engine, EngineryError, LossContext, ModeContext, ShardStream,  # noqa: F401
+                               WeightBuckets, WeightStream)
+    except ImportError as error:
+        # A process named `enginery` and `python -m enginery.verl doctor` import this package first (sys.argv[0] is
+        # "-m" while Python locates a -m module): there the one line is the whole output, as for the commands'
+        # other errors, not the last line of a traceback.
+        command = sys.argv[0] if sys.argv else ""
+        if os.path.basename(command) == "enginery" or command == "-m":
+            raise SystemExit(f"enginery: {error}") from None
+        # Imported by `import verl` through the verl.plugins entry point, whose failures verl logs at DEBUG only.
+        if getattr(getattr(sys.modules.get("verl"), "__spec__", None), "_initializing", False):
+            warnings.warn(f"enginery: its engines were not registered with verl: {error}", RuntimeWarning,
+                          stacklevel=2)
+        raise
+
+    from . import _enginery  # noqa: E402
 
 __version__ = _build_info.VERSION
 __all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "ShardStream", "WeightBuckets", "WeightStream",
@@ -66,8 +87,9 @@ def _local_shards(self, dtype=None):
 
 
 # Generators are simplest written in Python; the pybind11 class takes them as methods.
-Engine.get_per_tensor_param = _get_per_tensor_param
-Engine.local_shards = _local_shards
+if not _FOR_THE_CONSOLE_SCRIPT:
+    Engine.get_per_tensor_param = _get_per_tensor_param
+    Engine.local_shards = _local_shards
 
 
 def bundled_plugin_dir():

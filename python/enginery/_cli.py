@@ -1,5 +1,6 @@
-"""The `enginery` console script: checks the torch of this environment (_torch_check), then replaces itself with
-the C++ command installed in the package (bin/enginery). torch's libraries are found through the binary's RPATH
+"""The `enginery` console script: checks the torch of this environment from its version file (_torch_check), then
+replaces itself with the C++ command installed in the package (bin/enginery). Neither torch nor the extension is
+imported on the way: the package's __init__ leaves them out for pip's wrapper of this script. torch's libraries are found through the binary's RPATH
 when torch sits beside this package; LD_LIBRARY_PATH adds them for a torch installed elsewhere on sys.path (a
 user site, a --system-site-packages venv)."""
 import os

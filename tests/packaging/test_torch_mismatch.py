@@ -4,6 +4,7 @@ undefined-symbol trace from loading the extension (python/enginery/_torch_check.
 tree's (PYTHONPATH=<build>/python); another torch is a folder earlier on sys.path holding a torch package of
 another version, as a second installation would be."""
 import os
+import resource
 import subprocess
 import sys
 
@@ -60,19 +61,58 @@ def test_import_without_torch_says_so():
                     ") has no torch: pip install torch==" + BUILT.split("+")[0]), run.stderr
 
 
-def test_console_script_under_another_torch_exits_with_one_line(other_torch):
-    run = run_python("import sys; sys.argv = ['enginery', 'plugins']; from enginery._cli import main; main()",
-                     str(other_torch))
+def console_script(folder, before_import="", before_main=""):
+    """<folder>/bin/enginery: the wrapper pip writes for the console script, with lines a test adds around it."""
+    script = folder / "bin" / "enginery"
+    script.parent.mkdir()
+    script.write_text("import re\nimport sys\n" + before_import + "from enginery._cli import main\n" + before_main +
+                      "if __name__ == '__main__':\n"
+                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      "    sys.exit(main())\n")
+    return script
+
+
+def run_console_script(script, *args, extra_path=None, address_space=None):
+    path = [p for p in (extra_path, os.environ["PYTHONPATH"]) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    limit = (lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))) if address_space else None
+    return subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=limit)
+
+
+def test_console_script_under_another_torch_exits_with_one_line(other_torch, tmp_path):
+    run = run_console_script(console_script(tmp_path), "plugins", extra_path=str(other_torch))
     assert run.returncode == 1
     assert run.stderr.strip() == "enginery: " + _torch_check.mismatch_message(BUILT, "2.10.0+cu128",
                                                                               str(other_torch / "torch"))
 
 
-def test_console_script_without_torch_exits_with_one_line():
-    run = run_python("import sys; sys.modules['torch'] = None; sys.argv = ['enginery', 'plugins']; "
-                     "from enginery._cli import main; main()")
+def test_console_script_without_torch_exits_with_one_line(tmp_path):
+    run = run_console_script(console_script(tmp_path, before_import="sys.modules['torch'] = None\n"), "plugins")
     assert run.returncode == 1
     assert run.stderr.strip() == "enginery: " + _torch_check.missing_torch_message(BUILT)
+
+
+def test_console_script_checks_torch_without_importing_it(tmp_path):
+    """It needs torch's version file only: importing torch (numpy with it) cost over a second per call and failed
+    under a 3 GB address-space limit that bin/enginery itself runs in. The build tree's package has no bin/enginery:
+    the wrapper stands in for exec and prints what it would get, and which heavy modules the process holds."""
+    script = console_script(tmp_path, before_main=(
+        "import os\nfrom enginery import _cli\n_cli._BINARY = sys.executable\n"
+        "os.execve = lambda path, argv, env: sys.exit(print('exec', argv[1:], [m for m in ('torch', 'numpy', "
+        "'enginery._enginery') if m in sys.modules]))\n"))
+    run = run_console_script(script, "plugins", "--plugin-dir", "x", address_space=3 * 10**9)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "exec ['plugins', '--plugin-dir', 'x'] []", run.stdout
+
+
+def test_a_script_of_ones_own_called_enginery_gets_the_whole_package(tmp_path):
+    # only the console script's wrapper skips torch and the extension, not any program named `enginery`
+    script = tmp_path / "enginery"
+    script.write_text("import enginery\nprint(enginery.Engine.__name__, enginery.torch.__version__)\n")
+    run = run_console_script(script)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "Engine " + BUILT
 
 
 def test_cli_check_without_torch_exits_with_one_line(monkeypatch):
