@@ -49,8 +49,18 @@ def test_doctor_passes_on_a_good_install():
     out = doctor()
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["OK    enginery", "OK    plugins", "OK    verl",
+    assert [line.split(":")[0] for line in lines] == ["OK    enginery", "OK    plugins", "OK    engine", "OK    verl",
                                                        "OK    entry point", "OK    registration", "OK    registry"]
+
+
+def test_doctor_builds_an_engine_and_names_what_refuses_it():
+    # ENGINERY_CUDA_KERNELS is read when an engine is built, not when plugins load: every engine verl would make
+    # is refused, so the doctor builds one of each backend rather than report OK
+    out = doctor(ENGINERY_CUDA_KERNELS="swiglu,nope")
+    assert out.returncode == 1, out.stdout
+    fail = out.stdout.strip().splitlines()[-1]
+    assert fail.startswith("FAIL  engine: building the enginery_fsdp engine (language_model on "), fail
+    assert 'ENGINERY_CUDA_KERNELS is "swiglu,nope": "nope" is no kernel' in fail
 
 
 def test_doctor_names_what_keeps_verl_from_loading_the_plugin():

@@ -1,7 +1,8 @@
 """The checks behind `python -m enginery.verl doctor`, in the order a verl process goes through them: enginery
-imports against this torch, its plugins load, verl imports, the `verl.plugins` entry point is installed and
-allowed, importing it registers the backends, and verl's EngineRegistry then holds them. Each prints one line,
-OK or FAIL with the reason; the first failure stops the rest (each needs the one before)."""
+imports against this torch, its plugins load, each backend's engine builds (what only a build checks, such as
+ENGINERY_CUDA_KERNELS), verl imports, the `verl.plugins` entry point is installed and allowed, importing it
+registers the backends, and verl's EngineRegistry then holds them. Each prints one line, OK or FAIL with the
+reason; the first failure stops the rest (each needs the one before)."""
 import importlib
 import importlib.metadata
 import os
@@ -35,6 +36,27 @@ def _plugins():
         raise _Failed("no enginery plugin loaded (" + ("; ".join(rejected) or f"none in "
                       f"{enginery.bundled_plugin_dir()} or ENGINERY_PLUGIN_PATH") + ")")
     return "backends " + ", ".join(backends) + (f"; skipped: {'; '.join(rejected)}" if rejected else "")
+
+
+# The smallest model there is: the check builds engines, never their weights (initialize() is not called).
+_PROBE_CONFIG = {"model": {"path": "builtin:qwen2-tiny"}}
+
+
+def _engines():
+    """Builds each backend's engine as the adapter does when verl makes one (enginery/verl/engine.py), on the device
+    it would pick, so a setting that refuses every engine fails here rather than in verl's worker."""
+    import enginery
+    import torch
+
+    from . import BACKENDS
+    from .engine import backend_of
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for backend in BACKENDS:
+        try:
+            enginery.new_engine("language_model", backend_of(backend), device, _PROBE_CONFIG)
+        except Exception as e:
+            raise _Failed(f"building the {backend} engine (language_model on {device}) failed: {e}") from None
+    return f"built {', '.join(BACKENDS)} (language_model on {device}, no weights)"
 
 
 def _import_verl():
@@ -80,7 +102,7 @@ def _registry():
     return "EngineRegistry has " + ", ".join(BACKENDS) + " for language_model and value_model"
 
 
-CHECKS = (("enginery", _import_enginery), ("plugins", _plugins), ("verl", _import_verl),
+CHECKS = (("enginery", _import_enginery), ("plugins", _plugins), ("engine", _engines), ("verl", _import_verl),
           ("entry point", _entry_point), ("registration", _load_entry_point), ("registry", _registry))
 
 
