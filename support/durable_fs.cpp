@@ -1,6 +1,7 @@
 #include "support/durable_fs.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <set>
 
 #include "host_api/error.h"
 #include "support/torch_compat.h"  // compat::remove_all
@@ -25,6 +27,33 @@ namespace {
 fs::path parent_of(const fs::path& path) {
   fs::path parent = path.parent_path();
   return parent.empty() ? fs::path(".") : parent;
+}
+
+// <parent>/.<name><suffix>: the names this file gives a directory while it is built, replaced or removed.
+fs::path hidden_sibling(const fs::path& path, const char* suffix) {
+  return parent_of(path) / ("." + path.filename().string() + suffix);
+}
+
+// Whether anything (a dangling link too) has this name.
+bool exists_here(const fs::path& path) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(path, ec));
+}
+
+void rename_or_fail(const fs::path& from, const fs::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) fail("cannot rename " + from.string() + " to", to, errno);
+}
+
+// Renames `dir` to `doomed` (made durable) before removing it, so a kill mid-way leaves a half-removed directory
+// only under a hidden name that finish_interrupted() knows, never under a published one.
+void remove_via_hidden_name(const fs::path& dir, const fs::path& doomed) {
+  std::error_code ec;
+  compat::remove_all(doomed, ec);
+  if (ec) fail("cannot remove", doomed, ec.value());
+  rename_or_fail(dir, doomed);
+  sync_path(parent_of(doomed));
+  compat::remove_all(doomed, ec);
+  if (ec) fail("cannot remove", doomed, ec.value());
 }
 
 }  // namespace
@@ -68,9 +97,7 @@ void replace_file(const fs::path& path, const std::string& bytes) {
   sync_path(parent_of(path));
 }
 
-fs::path temp_dir_for(const fs::path& final_path) {
-  return parent_of(final_path) / ("." + final_path.filename().string() + ".tmp");
-}
+fs::path temp_dir_for(const fs::path& final_path) { return hidden_sibling(final_path, kTempSuffix); }
 
 void fresh_dir(const fs::path& dir) {
   std::error_code ec;
@@ -83,32 +110,90 @@ void fresh_dir(const fs::path& dir) {
 void publish_dir(const fs::path& temp_dir, const fs::path& final_path) {
   sync_path(temp_dir);
   const fs::path parent = parent_of(final_path);
-  fs::path aside;
-  if (fs::exists(final_path)) {
-    aside = parent / ("." + final_path.filename().string() + ".replaced");
-    std::error_code ec;
-    compat::remove_all(aside, ec);
-    if (::rename(final_path.c_str(), aside.c_str()) != 0) fail("cannot move the old checkpoint aside", final_path, errno);
+  if (!exists_here(final_path)) {
+    rename_or_fail(temp_dir, final_path);
+    sync_path(parent);
+    return;
   }
-  if (::rename(temp_dir.c_str(), final_path.c_str()) != 0) {
-    fail("cannot rename " + temp_dir.string() + " to", final_path, errno);
+  if (::renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0) {
+    sync_path(parent);
+    remove_via_hidden_name(temp_dir, hidden_sibling(final_path, kDeletingSuffix));  // now the previous one
+    return;
   }
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+    fail("cannot exchange " + temp_dir.string() + " with", final_path, errno);
+  }
+  // No exchange on this file system (NFS): the previous one goes aside first. A kill before the second rename
+  // leaves it only there, and finish_interrupted() puts it back.
+  finish_interrupted(final_path);
+  const fs::path aside = hidden_sibling(final_path, kReplacedSuffix);
+  rename_or_fail(final_path, aside);
+  rename_or_fail(temp_dir, final_path);
   sync_path(parent);
-  if (!aside.empty()) {
-    std::error_code ec;
-    compat::remove_all(aside, ec);
-  }
+  remove_via_hidden_name(aside, hidden_sibling(final_path, kDeletingSuffix));
 }
 
-void retire_dir(const fs::path& dir) {
-  const fs::path parent = parent_of(dir);
-  const fs::path doomed = parent / ("." + dir.filename().string() + ".deleting");
+void retire_dir(const fs::path& dir) { remove_via_hidden_name(dir, hidden_sibling(dir, kDeletingSuffix)); }
+
+std::vector<std::string> finish_interrupted(const fs::path& final_path) {
+  std::vector<std::string> done;
+  const fs::path aside = hidden_sibling(final_path, kReplacedSuffix);
+  const fs::path doomed = hidden_sibling(final_path, kDeletingSuffix);
+  if (exists_here(aside)) {
+    if (exists_here(final_path)) {
+      remove_via_hidden_name(aside, doomed);
+      done.push_back("removed " + aside.string() + ", the copy a finished replacement of " + final_path.string() +
+                     " had set aside");
+    } else {
+      rename_or_fail(aside, final_path);
+      sync_path(parent_of(final_path));
+      done.push_back("restored " + final_path.string() + " from " + aside.string() +
+                     " (its replacement was interrupted before the new copy arrived)");
+    }
+  }
+  if (exists_here(doomed)) {
+    std::error_code ec;
+    compat::remove_all(doomed, ec);
+    if (ec) fail("cannot remove", doomed, ec.value());
+    done.push_back("removed " + doomed.string() + ", left by an interrupted removal");
+  }
+  return done;
+}
+
+std::vector<std::string> finish_interrupted_checkpoints(const fs::path& root) {
+  std::set<std::string> interrupted;  // global_step_<N> names, collected before anything is renamed
   std::error_code ec;
-  compat::remove_all(doomed, ec);
-  if (::rename(dir.c_str(), doomed.c_str()) != 0) fail("cannot retire", dir, errno);
-  sync_path(parent);
-  compat::remove_all(doomed, ec);
-  if (ec) fail("cannot remove", doomed, ec.value());
+  const fs::path dir = root.empty() ? fs::path(".") : root;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const char* suffix : {kDeletingSuffix, kReplacedSuffix}) {
+      const std::string published = published_name_of(name, suffix);
+      if (global_step_of(published) >= 0) interrupted.insert(published);
+    }
+  }
+  std::vector<std::string> done;
+  for (const std::string& name : interrupted) {
+    for (std::string& line : finish_interrupted(dir / name)) done.push_back(std::move(line));
+  }
+  return done;
+}
+
+std::vector<std::string> foreign_entries(const fs::path& dir, const std::set<std::string>& ours) {
+  std::vector<std::string> foreign;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (ours.count(name) == 0) foreign.push_back(name);
+  }
+  if (ec) fail("cannot list", dir, ec.value());
+  std::sort(foreign.begin(), foreign.end());
+  return foreign;
+}
+
+std::string published_name_of(const std::string& hidden_name, const std::string& suffix) {
+  const size_t n = hidden_name.size(), k = suffix.size();
+  if (n <= 1 + k || hidden_name.front() != '.' || hidden_name.compare(n - k, k, suffix) != 0) return "";
+  return hidden_name.substr(1, n - 1 - k);
 }
 
 int64_t global_step_of(const fs::path& dir) {

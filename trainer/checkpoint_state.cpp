@@ -9,8 +9,9 @@
 #include <fstream>
 #include <functional>
 
-#include "support/durable_fs.h"
 #include "host_api/error.h"
+#include "support/durable_fs.h"
+#include "support/torch_compat.h"  // compat::remove_all
 
 namespace fs = std::filesystem;
 
@@ -77,6 +78,23 @@ void retain_resumable(const std::string& output_dir, const CheckpointScan& scan,
   }
 }
 
+// What a save of a step may replace: nothing, or that step's earlier checkpoint holding only what a save writes
+// (trainer_state.json and the engine's directory). Replacing removes the whole directory, so anything else in it
+// would be lost; refused before the engine writes anything.
+void check_replaceable(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return;
+  const std::string allowed = "only " + std::string(kStateFile) + " and " + kEngineDir + "/, as a save wrote them";
+  if (!fs::is_directory(dir, ec)) throw EngineryError("exists and is not a directory", dir.string(), allowed);
+  const std::vector<std::string> foreign = durable::foreign_entries(dir, {kStateFile, kEngineDir});
+  if (foreign.empty()) return;
+  std::string names;
+  for (const auto& n : foreign) names += (names.empty() ? "" : ", ") + n;
+  throw EngineryError("holds files its checkpoint did not write (" + names +
+                          "): saving this step again would delete them; move them out first",
+                      dir.string(), allowed);
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const std::string& output_dir, int64_t global_step) {
@@ -92,7 +110,27 @@ std::string temp_checkpoint_dir(const std::string& output_dir, int64_t global_st
 }
 
 void begin_checkpoint(const std::string& output_dir, int64_t global_step) {
+  durable::finish_interrupted_checkpoints(output_dir);
+  check_replaceable(checkpoint_dir(output_dir, global_step));
   durable::fresh_dir(temp_checkpoint_dir(output_dir, global_step));
+}
+
+std::vector<std::string> finish_interrupted_saves(const std::string& output_dir) {
+  std::vector<std::string> done = durable::finish_interrupted_checkpoints(output_dir);
+  std::vector<fs::path> temporary;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (durable::global_step_of(durable::published_name_of(name, durable::kTempSuffix)) >= 0) {
+      temporary.push_back(entry.path());
+    }
+  }
+  for (const fs::path& dir : temporary) {
+    compat::remove_all(dir, ec);
+    if (ec) throw EngineryError(std::string("cannot remove: ") + std::strerror(ec.value()), dir.string());
+    done.push_back("removed " + dir.string() + ", left by an interrupted save");
+  }
+  return done;
 }
 
 std::vector<UnusableCheckpoint> commit_checkpoint(const std::string& output_dir, const TrainerState& state,

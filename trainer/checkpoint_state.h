@@ -6,7 +6,8 @@
 // The whole global_step_<N> is built under <out>/.global_step_<N>.tmp and renamed into place by rank 0 only after
 // every rank's engine save returned and trainer_state.json is on disk, so a directory with that name is always
 // complete and resumable: a kill at any moment leaves the previous one as the newest. Retention runs after the
-// rename and counts complete directories on disk, so it never removes the last resumable one. A global_step_<N>
+// rename and counts complete directories on disk, so it never removes the last resumable one; what a kill leaves of
+// a retention or replacement is finished by the next save and by --resume. A global_step_<N>
 // whose trainer_state.json is missing, unreadable or inconsistent is never deleted and never silently skipped:
 // resuming past it is refused by name, since the resumed run would overwrite it.
 #include <cstdint>
@@ -30,8 +31,15 @@ std::string engine_checkpoint_dir(const std::string& checkpoint_dir);
 // The temporary directory a save of `global_step` builds in.
 std::string temp_checkpoint_dir(const std::string& output_dir, int64_t global_step);
 
-// Rank 0, before any rank saves: removes a killed save's leftover and creates temp_checkpoint_dir empty.
+// Rank 0, before any rank saves: finishes what a killed retention or replacement left (durable_fs.h), refuses to
+// replace this step's checkpoint when it holds files a save did not write (naming them), removes a killed save's
+// leftover and creates temp_checkpoint_dir empty.
 void begin_checkpoint(const std::string& output_dir, int64_t global_step);
+
+// At the start of a resumed run, before its checkpoints are read (no save can be running): finishes what a kill
+// left of a retention or a replacement (a set-aside checkpoint put back, half-removed ones removed) and removes
+// killed saves' temporary directories. One line per thing done, for a note.
+std::vector<std::string> finish_interrupted_saves(const std::string& output_dir);
 // A global_step_<N> directory that cannot be resumed, and why ("trainer_state.json: ...").
 struct UnusableCheckpoint {
   int64_t global_step = 0;  // the N of its name

@@ -57,11 +57,8 @@ std::string move_aside(const fs::path& dir) {
 
 // global_step_<N>, or .global_step_<N>.tmp: a save that was killed before it was published.
 bool is_checkpoint_name(const std::string& name) {
-  if (durable::global_step_of(name) >= 0) return true;
-  const std::string tmp = ".tmp";
-  return name.size() > 1 + tmp.size() && name.front() == '.' &&
-         name.compare(name.size() - tmp.size(), tmp.size(), tmp) == 0 &&
-         durable::global_step_of(name.substr(1, name.size() - 1 - tmp.size())) >= 0;
+  return durable::global_step_of(name) >= 0 ||
+         durable::global_step_of(durable::published_name_of(name, durable::kTempSuffix)) >= 0;
 }
 
 }  // namespace
@@ -79,7 +76,7 @@ std::vector<std::string> run_dir_contents(const std::string& dir) {
   return found;
 }
 
-std::string prepare_output_dir(const TrainConfig& config, bool fresh_run) {
+PreparedOutputDir prepare_output_dir(const TrainConfig& config, bool fresh_run) {
   const fs::path dir = normalized(config.output_dir());
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
@@ -91,20 +88,23 @@ std::string prepare_output_dir(const TrainConfig& config, bool fresh_run) {
       throw EngineryError("--fresh-run starts over, trainer.resume_mode = \"auto\" (--resume) continues: pick one",
                           config.where("trainer.resume_mode"));
     }
+    if (contents.empty()) return {};
+    // Before the checkpoints are judged: a checkpoint a killed replacement set aside is back under its name.
+    PreparedOutputDir prepared{"", finish_interrupted_saves(dir.string())};
     std::vector<UnusableCheckpoint> older;
-    if (contents.empty() || checkpoint_to_resume(dir.string(), older)) return "";
+    if (checkpoint_to_resume(dir.string(), older)) return prepared;
     throw EngineryError("holds a run (" + joined(contents) + ") but no checkpoint to resume from; --fresh-run "
                         "moves it to " + dir.string() + ".old-<time> and starts over",
                         dir.string());
   }
-  if (contents.empty()) return "";
+  if (contents.empty()) return {};
   if (!fresh_run) {
     throw EngineryError("already holds a run (" + joined(contents) + "); a new run would overwrite it. Continue it "
                         "with --resume, or start over with --fresh-run (moves it to " + dir.string() +
                             ".old-<time> first), or set trainer.default_local_dir / trainer.experiment_name",
                         dir.string());
   }
-  return move_aside(dir);
+  return {move_aside(dir), {}};
 }
 
 }  // namespace enginery

@@ -7,6 +7,7 @@
 //   4. rank 0 writes metadata.json last, fsyncs the directory, renames it into place, fsyncs the parent; only then
 //      retention removes old checkpoints (counted on disk, never the new one).
 #include <filesystem>
+#include <set>
 
 #include "support/durable_fs.h"
 #include "host_api/error.h"
@@ -187,6 +188,42 @@ nlohmann::json training_state(const AdamW& optimizer, const LrScheduler* lr_sche
   return state;
 }
 
+// What a save may replace at `dir`: nothing, an empty directory, or an earlier checkpoint holding only what its
+// save wrote (metadata.json names every file; huggingface/ with hf_model). Replacing removes the whole directory,
+// so anything else in it would be lost.
+void check_replaceable(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return;
+  const std::string where = "save_checkpoint";
+  const std::string allowed = "a new or empty directory, or an earlier enginery checkpoint holding only its own files";
+  if (!fs::is_directory(dir, ec)) throw EngineryError(dir.string() + " exists and is not a directory", where, allowed);
+  if (fs::is_empty(dir, ec)) return;
+  if (!fs::exists(dir / ckpt::kMetadataFile, ec)) {
+    throw EngineryError(dir.string() + " holds files enginery did not write (no " + ckpt::kMetadataFile +
+                            "): saving there would replace them",
+                        where, allowed);
+  }
+  ckpt::Metadata previous;
+  try {
+    previous = ckpt::read_metadata(dir.string());
+  } catch (const EngineryError& e) {
+    throw EngineryError(dir.string() + " holds a " + ckpt::kMetadataFile + " that cannot be read, so which of its " +
+                            "files an earlier save wrote is unknown: " + e.what(),
+                        where, allowed);
+  }
+  std::set<std::string> ours = {ckpt::kMetadataFile};
+  for (const ckpt::FileInfo& f : previous.files) ours.insert(f.name);
+  if (previous.has("hf_model")) ours.insert(ckpt::kHfDir);
+  const std::vector<std::string> foreign = durable::foreign_entries(dir, ours);
+  if (!foreign.empty()) {
+    std::string names;
+    for (const auto& n : foreign) names += (names.empty() ? "" : ", ") + n;
+    throw EngineryError(dir.string() + " holds files its checkpoint did not write (" + names +
+                            "): replacing the checkpoint would delete them; move them out first",
+                        where, allowed);
+  }
+}
+
 // Step 4 (rank 0): metadata.json last, the Hugging Face files synced, then the directory renamed into place.
 void publish_checkpoint(const fs::path& tmp, const fs::path& final_path, const ckpt::Metadata& meta,
                         bool hf_model) {
@@ -270,16 +307,13 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
     if (lead) compat::remove_all(tmp, ec);
   };
 
-  // 1. The temporary directory, once the destination is known to hold nothing of the user's: replacing an earlier
-  // checkpoint of ours (its metadata file) or an empty directory loses nothing; anything else would be deleted.
+  // 1. What a killed save, replacement or retention left in this directory is finished first (so a set-aside
+  // checkpoint is back before it is judged); then the temporary directory, once the destination is known to hold
+  // nothing of the user's.
   agree_or_throw(lead ? error_of([&] {
-    if (fs::exists(final_path) &&
-        !(fs::is_directory(final_path) &&
-          (fs::is_empty(final_path) || fs::exists(final_path / ckpt::kMetadataFile)))) {
-      throw EngineryError(path + " holds files enginery did not write (no " + ckpt::kMetadataFile +
-                              "): saving there would replace them",
-                          "save_checkpoint", "a new or empty directory, or an earlier enginery checkpoint");
-    }
+    durable::finish_interrupted(final_path);
+    durable::finish_interrupted_checkpoints(final_path.parent_path());
+    check_replaceable(final_path);
     durable::fresh_dir(tmp);
   }) : "", stage, {});
 

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "host_api/error.h"
 #include "support/durable_fs.h"
 #include "support/torch_compat.h"
 #include "trainer/checkpoint_state.h"
@@ -98,6 +101,87 @@ TEST_F(CheckpointStateTest, PublishReplacesAnExistingDirectory) {
     ++entries;
   }
   EXPECT_EQ(entries, 2u);  // global_step_3 and the marker, nothing left aside
+}
+
+// A save of the same step again must not touch what its previous save did not write: a file someone put into a
+// published checkpoint is named and kept, and the refusal comes before the engine writes anything.
+TEST_F(CheckpointStateTest, ReplacingACheckpointKeepsWhatItsSaveDidNotWrite) {
+  save(3, 0);
+  const fs::path published = checkpoint_dir(dir_.string(), 3);
+  std::ofstream(published / "eval_notes.txt") << "mine";
+  std::string error;
+  try {
+    save(3, 0);
+  } catch (const EngineryError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find(published.string()), std::string::npos) << error;
+  EXPECT_NE(error.find("eval_notes.txt"), std::string::npos) << error;
+  EXPECT_TRUE(fs::exists(published / "eval_notes.txt"));
+  EXPECT_TRUE(fs::exists(published / "actor" / "weights"));
+  EXPECT_EQ(find_latest_checkpoint(dir_.string())->global_step, 3);
+}
+
+// What a kill leaves of retention (a half-removed .global_step_<N>.deleting) and of a replacement on a file system
+// without an atomic exchange (the previous copy set aside as .global_step_<N>.replaced, with or without the new one
+// in place) is finished by the next save into that directory.
+TEST_F(CheckpointStateTest, TheNextSaveFinishesAnInterruptedPruningOrReplacement) {
+  save(1, 0);
+  save(2, 0);
+  save(5, 0);
+  fs::rename(checkpoint_dir(dir_.string(), 1), dir_ / ".global_step_1.deleting");  // pruning killed mid-way
+  fs::remove(dir_ / ".global_step_1.deleting" / "trainer_state.json");
+  fs::rename(checkpoint_dir(dir_.string(), 2), dir_ / ".global_step_2.replaced");  // killed before the new one
+  fs::copy(checkpoint_dir(dir_.string(), 5), dir_ / ".global_step_5.replaced",
+           fs::copy_options::recursive);  // killed after the new one arrived
+  fs::create_directories(dir_ / ".mine.deleting");  // not a name enginery writes: left alone
+  save(6, 0);
+  for (const char* gone : {".global_step_1.deleting", ".global_step_2.replaced",
+                           ".global_step_5.replaced"}) {
+    EXPECT_FALSE(fs::exists(dir_ / gone)) << gone;
+  }
+  EXPECT_TRUE(fs::exists(dir_ / ".mine.deleting"));
+  const CheckpointScan scan = scan_checkpoints(dir_.string());
+  ASSERT_EQ(scan.resumable.size(), 3u);
+  EXPECT_EQ(scan.resumable[0].global_step, 2);  // put back: it was the only copy
+  EXPECT_EQ(scan.resumable[1].global_step, 5);
+  EXPECT_EQ(scan.resumable[2].global_step, 6);
+}
+
+// Replacing a published directory exchanges the two (renameat2), so its name never stops naming a complete one: a
+// reader polling it all through many replacements never finds it missing.
+TEST(DurableFs, ReplacingADirectoryNeverLeavesItsNameEmpty) {
+  const fs::path root = fs::temp_directory_path() / ("enginery_durable_exchange_" + std::to_string(::getpid()));
+  std::error_code ec;
+  compat::remove_all(root, ec);
+  const fs::path published = root / "global_step_1";
+  fs::create_directories(published);
+  std::ofstream(published / "metadata.json") << 0;
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> looks{0}, missing{0};
+  std::thread reader([&] {
+    while (!done) {
+      ++looks;
+      if (::access((published / "metadata.json").c_str(), F_OK) != 0) ++missing;
+    }
+  });
+  for (int i = 1; i <= 100; ++i) {
+    const fs::path tmp = durable::temp_dir_for(published);
+    durable::fresh_dir(tmp);
+    std::ofstream(tmp / "metadata.json") << i;
+    durable::publish_dir(tmp, published);
+  }
+  done = true;
+  reader.join();
+  EXPECT_EQ(missing, 0) << "of " << looks << " looks";
+  std::ifstream last(published / "metadata.json");
+  int value = 0;
+  last >> value;
+  EXPECT_EQ(value, 100);
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(root)) entries += e.path() != published;
+  EXPECT_EQ(entries, 0u);  // nothing left aside
+  compat::remove_all(root, ec);
 }
 
 TEST(DurableFs, GlobalStepNames) {

@@ -1,7 +1,8 @@
 // SIGKILL at any moment of a save leaves the newest complete checkpoint loadable with exactly the state it was
 // saved with. A separate saver process (checkpoint_saver) trains and saves every step; this test kills it when
 // the save of step 3 reaches a given point (watched from outside through the file system) or after a delay, then
-// loads every global_step_<N> left and compares it bitwise with an in-process reference run.
+// loads every global_step_<N> left and compares it bitwise with an in-process reference run, and checks that the
+// next save into the directory finishes what the kill left of a retention (no .deleting folder stays).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "plugin/fsdp/checkpoint_format.h"
+#include "support/durable_fs.h"
 #include "tests/fsdp/checkpoint_test_util.h"
 
 extern char** environ;
@@ -114,6 +116,19 @@ TEST(FsdpCheckpointKill, SigkillDuringSaveLeavesTheLastCompleteCheckpoint) {
     }
     EXPECT_GE(newest, 2) << points[i].name << ": the previous checkpoint is gone;" << seen;
     if (newest >= 3) ++published_3;
+
+    // The next save into the directory (as after a restart) finishes what the kill left of a retention.
+    {
+      fsdp::FSDPEngine next(saver_args(), tiny_builder(TinyConfig{}));
+      next.initialize();
+      next.save_checkpoint((dir / "global_step_9").string(), 9, 2);
+    }
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      EXPECT_TRUE(durable::published_name_of(name, durable::kDeletingSuffix).empty() &&
+                  durable::published_name_of(name, durable::kReplacedSuffix).empty())
+          << points[i].name << ": " << name << " left after the next save; before it:" << seen;
+    }
   }
   EXPECT_LT(published_3, static_cast<int>(points.size())) << "no kill landed before step 3 was published";
   std::error_code ec;

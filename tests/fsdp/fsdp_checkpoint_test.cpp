@@ -263,6 +263,65 @@ TEST(FsdpCheckpoint, SaveIntoAUsersDirectoryIsRefusedAndKeepsItsFiles) {
   });
 }
 
+// The same checkpoint saved again replaces only what its save wrote (metadata.json names every file, huggingface/
+// with hf_model): a file put into it since is named and kept with the checkpoint it sits in; once it is moved out,
+// the save goes through.
+TEST(FsdpCheckpoint, ReplacingACheckpointKeepsFilesItsSaveDidNotWrite) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    auto args = make_args("fsdp2", "fp32", ctx.rank, 2, ctx.group, ctx.store);
+    args.model.path = "builtin:qwen2-tiny";
+    args.checkpoint.save_contents = {"model", "optimizer", "extra", "hf_model"};
+    fsdp::FSDPEngine engine(args);
+    engine.initialize();
+    const fs::path dir = fs::path(ctx.shared_dir) / "ckpt";
+    engine.save_checkpoint(dir.string(), 1, 0);
+    if (ctx.rank == 0) std::ofstream(dir / "notes.txt") << "mine";
+    ctx.group->barrier()->wait();
+    const std::string err = error_of([&] { engine.save_checkpoint(dir.string(), 2, 0); });
+    EXPECT_NE(err.find(ctx.rank == 0 ? dir.string() + " holds files its checkpoint did not write (notes.txt)"
+                                     : std::string("rank 0 failed")),
+              std::string::npos)
+        << err;
+    ctx.group->barrier()->wait();
+    EXPECT_TRUE(fs::exists(dir / "notes.txt"));
+    EXPECT_EQ(fsdp::ckpt::read_metadata(dir.string()).global_step, 1);
+    ctx.group->barrier()->wait();
+    if (ctx.rank == 0) fs::rename(dir / "notes.txt", fs::path(ctx.shared_dir) / "notes.txt");
+    ctx.group->barrier()->wait();
+    engine.save_checkpoint(dir.string(), 2, 0);
+    EXPECT_EQ(fsdp::ckpt::read_metadata(dir.string()).global_step, 2);
+    EXPECT_TRUE(fs::exists(dir / "huggingface" / "model.safetensors"));
+  });
+}
+
+// A kill during retention leaves a half-removed .global_step_<N>.deleting; the next save into that directory
+// (another process, as after a restart) removes it. A directory only the user could have named is left alone.
+TEST(FsdpCheckpoint, TheNextSaveFinishesAnInterruptedPruning) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    auto args = make_args("fsdp", "fp32", ctx.rank, 2, ctx.group, ctx.store);
+    args.checkpoint.save_contents = {"model"};
+    const fs::path root = ctx.shared_dir;
+    {
+      fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
+      engine.initialize();
+      for (int s = 1; s <= 2; ++s) engine.save_checkpoint((root / ("global_step_" + std::to_string(s))).string(), s, 0);
+    }
+    if (ctx.rank == 0) {
+      fs::rename(root / "global_step_1", root / ".global_step_1.deleting");
+      fs::remove(root / ".global_step_1.deleting" / "metadata.json");
+      fs::create_directories(root / ".notes.deleting");
+    }
+    ctx.group->barrier()->wait();
+    fsdp::FSDPEngine restarted(args, tiny_builder(TinyConfig{}));
+    restarted.initialize();
+    restarted.save_checkpoint((root / "global_step_3").string(), 3, 0);
+    EXPECT_FALSE(fs::exists(root / ".global_step_1.deleting"));
+    EXPECT_TRUE(fs::exists(root / ".notes.deleting"));
+    EXPECT_TRUE(fs::exists(root / "global_step_2/metadata.json"));
+    EXPECT_TRUE(fs::exists(root / "global_step_3/metadata.json"));
+  });
+}
+
 // max_ckpt_to_keep counts complete checkpoints on disk, so it holds across restarts (a new engine), and never
 // touches directories that are not global_step_<N> checkpoints.
 TEST(FsdpCheckpoint, RetentionCountsCompleteCheckpointsOnDisk) {

@@ -70,9 +70,9 @@ class RunSafety : public ::testing::Test {
 TEST_F(RunSafety, AnUnusedDirectoryIsTakenAsItIs) {
   std::ofstream(dir_ / "config.toml") << "# a run that failed before its first step\n";
   EXPECT_TRUE(run_dir_contents(dir_.string()).empty());
-  EXPECT_EQ(prepare_output_dir(config(), false), "");
+  EXPECT_EQ(prepare_output_dir(config(), false).moved_to, "");
   EXPECT_TRUE(fs::exists(dir_ / "config.toml"));
-  EXPECT_EQ(prepare_output_dir(config(), true), "");  // nothing to move
+  EXPECT_EQ(prepare_output_dir(config(), true).moved_to, "");  // nothing to move
   EXPECT_TRUE(run_dir_contents((base_ / "absent").string()).empty());
 }
 
@@ -96,7 +96,7 @@ TEST_F(RunSafety, AUsedDirectoryIsRefusedNamingWhatItHolds) {
 TEST_F(RunSafety, FreshRunMovesTheWholeOldRunAside) {
   std::ofstream(dir_ / "metrics.jsonl") << "{\"step\": 1}\n";
   save(5);
-  const std::string moved = prepare_output_dir(config(), true);
+  const std::string moved = prepare_output_dir(config(), true).moved_to;
   ASSERT_FALSE(moved.empty());
   EXPECT_EQ(fs::path(moved).parent_path(), base_);
   EXPECT_EQ(fs::path(moved).filename().string().rfind("run.old-", 0), 0u) << moved;
@@ -107,21 +107,48 @@ TEST_F(RunSafety, FreshRunMovesTheWholeOldRunAside) {
 
   // Moved twice within one second: a second name, the first move kept.
   std::ofstream(dir_ / "metrics.jsonl") << "{\"step\": 2}\n";
-  const std::string again = prepare_output_dir(config(), true);
+  const std::string again = prepare_output_dir(config(), true).moved_to;
   EXPECT_NE(again, moved);
   EXPECT_EQ(read(fs::path(moved) / "metrics.jsonl"), "{\"step\": 1}\n");
   EXPECT_EQ(read(fs::path(again) / "metrics.jsonl"), "{\"step\": 2}\n");
 }
 
 TEST_F(RunSafety, ResumeNeedsACheckpointInAUsedDirectory) {
-  EXPECT_EQ(prepare_output_dir(config("auto"), false), "");  // nothing there yet: starts from step 0
+  EXPECT_EQ(prepare_output_dir(config("auto"), false).moved_to, "");  // nothing there yet: starts from step 0
   std::ofstream(dir_ / "metrics.jsonl") << "{\"step\": 1}\n";
   const std::string e = error_of([&] { prepare_output_dir(config("auto"), false); });
   EXPECT_NE(e.find("holds a run (metrics.jsonl) but no checkpoint to resume from"), std::string::npos) << e;
   save(3);
-  EXPECT_EQ(prepare_output_dir(config("auto"), false), "");
+  EXPECT_EQ(prepare_output_dir(config("auto"), false).moved_to, "");
   const std::string both = error_of([&] { prepare_output_dir(config("auto"), true); });
   EXPECT_NE(both.find("--fresh-run starts over"), std::string::npos) << both;
+}
+
+// --resume first finishes what killed saves left, before it judges the checkpoints: a checkpoint a replacement had
+// set aside is put back (it is then the one resumed), a half-removed one and a killed save's temporary directory
+// are removed, and each is reported. Hidden names enginery does not write are left alone.
+TEST_F(RunSafety, ResumeFinishesWhatKilledSavesLeftBeforeChoosingTheCheckpoint) {
+  save(1);
+  save(2);
+  fs::rename(checkpoint_dir(dir_.string(), 1), dir_ / ".global_step_1.deleting");  // retention killed mid-way
+  fs::remove(dir_ / ".global_step_1.deleting" / "trainer_state.json");
+  fs::rename(checkpoint_dir(dir_.string(), 2), dir_ / ".global_step_2.replaced");  // killed before the new copy
+  fs::create_directories(dir_ / ".global_step_3.tmp" / "actor");                    // a save killed mid-way
+  fs::create_directories(dir_ / ".notes.deleting");
+  const PreparedOutputDir prepared = prepare_output_dir(config("auto"), false);
+  ASSERT_EQ(prepared.finished.size(), 3u);
+  std::string lines;
+  for (const auto& line : prepared.finished) lines += line + "\n";
+  for (const char* name : {".global_step_1.deleting", ".global_step_2.replaced", ".global_step_3.tmp"}) {
+    EXPECT_NE(lines.find((dir_ / name).string()), std::string::npos) << name << " not named in:\n" << lines;
+    EXPECT_FALSE(fs::exists(dir_ / name)) << name;
+  }
+  EXPECT_TRUE(fs::exists(dir_ / ".notes.deleting"));
+  std::vector<UnusableCheckpoint> older;
+  const auto state = checkpoint_to_resume(dir_.string(), older);
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(state->global_step, 2);
+  EXPECT_TRUE(older.empty());
 }
 
 TEST_F(RunSafety, AnUnreadableNewestCheckpointIsNamedNotSkipped) {

@@ -28,8 +28,11 @@ struct TrainOptions {
 
 // The output directory, checked (and an old run moved aside) before anything is written there (run_dir.h).
 void prepare_output(const TrainConfig& config, bool fresh_run) {
-  const std::string moved = prepare_output_dir(config, fresh_run);
-  if (!moved.empty()) std::cout << "moved the previous run in " << config.output_dir() << " to " << moved << "\n";
+  const PreparedOutputDir prepared = prepare_output_dir(config, fresh_run);
+  if (!prepared.moved_to.empty()) {
+    std::cout << "moved the previous run in " << config.output_dir() << " to " << prepared.moved_to << "\n";
+  }
+  for (const std::string& line : prepared.finished) std::cout << "note: " << line << "\n";
 }
 
 // Config and setup errors exit with 2 before any rank starts; a failed rank's status is passed on.
