@@ -6,10 +6,13 @@
 #include <cctype>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <vector>
 
 #include "host_api/error.h"
@@ -195,9 +198,13 @@ void draw_points(Image& img, const Series& s, const Axis& x, const Axis& y) {
   }
 }
 
+std::string metrics_path(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+}
+
 // Reads <dir>/metrics.jsonl; throws when it holds no finite training loss.
 Metrics read_run(const std::string& run_dir, std::ostream& warnings, std::string& path) {
-  path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+  path = metrics_path(run_dir);
   Metrics m = read_metrics(path, warnings);
   if (m.loss.finite() == 0) {
     throw EngineryError("no finite training loss to draw (" + std::to_string(m.skipped_lines) + " lines skipped, " +
@@ -236,10 +243,88 @@ void draw_overlay(Image& img, const Panel& panel, int top, int height, const Axi
   for (const Series* s : panel.series) draw_points(img, *s, x, y);
 }
 
-Rgb label_colour(size_t i) {
-  static const Rgb palette[] = {{31, 119, 180}, {214, 39, 40},  {44, 160, 44},  {255, 127, 14},
-                                {148, 103, 189}, {140, 86, 75}, {227, 119, 194}, {23, 190, 207}};
-  return palette[i % (sizeof(palette) / sizeof(palette[0]))];
+Rgb from_hsv(double hue, double saturation, double value) {
+  const double h = hue * 6, c = value * saturation, x = c * (1 - std::abs(std::fmod(h, 2.0) - 1)), m = value - c;
+  double r = 0, g = 0, b = 0;
+  switch (static_cast<int>(h) % 6) {
+    case 0: r = c, g = x; break;
+    case 1: r = x, g = c; break;
+    case 2: g = c, b = x; break;
+    case 3: g = x, b = c; break;
+    case 4: r = x, b = c; break;
+    default: r = c, b = x; break;
+  }
+  auto byte = [m](double v) { return static_cast<uint8_t>(std::lround(255 * (v + m))); };
+  return {byte(r), byte(g), byte(b)};
+}
+
+int64_t squared_distance(Rgb a, Rgb b) {
+  const int64_t dr = a.r - b.r, dg = a.g - b.g, db = a.b - b.b;
+  return dr * dr + dg * dg + db * db;
+}
+
+uint32_t packed(Rgb c) { return (uint32_t(c.r) << 16) | (uint32_t(c.g) << 8) | c.b; }
+
+// One colour per label, never the same twice: the usual 8-colour palette, then colours spread over hue, saturation
+// and lightness (a golden-ratio sequence), each kept only when it is far from every colour before it. Once none is
+// found far enough (past about a hundred labels), the rest are merely different: the whole RGB cube in a scrambled
+// order, skipping used ones. The work stays linear in the labels past that point.
+std::vector<Rgb> label_colours(size_t n) {
+  std::vector<Rgb> colours = {{31, 119, 180}, {214, 39, 40},  {44, 160, 44},   {255, 127, 14},
+                              {148, 103, 189}, {140, 86, 75}, {227, 119, 194}, {23, 190, 207}};
+  std::set<uint32_t> used;
+  for (const Rgb& c : colours) used.insert(packed(c));
+  constexpr int64_t kFar = 50 * 50;  // squared RGB distance
+  constexpr int kTries = 1024;
+  bool far_ones_left = true;
+  uint64_t k = 0;
+  auto frac = [](double v) { return v - std::floor(v); };
+  while (colours.size() < n) {
+    Rgb next{};
+    bool found = false;
+    for (int tries = 0; far_ones_left && !found && tries < kTries; ++tries, ++k) {
+      const double t = static_cast<double>(k);
+      next = from_hsv(frac(0.05 + 0.6180339887 * t), 0.45 + 0.5 * frac(0.7548776662 * t),
+                      0.4 + 0.5 * frac(0.5698402910 * t));
+      found = true;
+      for (const Rgb& c : colours) found = found && squared_distance(c, next) >= kFar;
+    }
+    if (!found) {
+      far_ones_left = false;
+      do {  // an odd multiplier permutes the 2^24 colours
+        const uint32_t v = static_cast<uint32_t>((k++ * 2654435761u) & 0xFFFFFFu);
+        next = {static_cast<uint8_t>(v >> 16), static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)};
+      } while (used.count(packed(next)) != 0);
+    }
+    used.insert(packed(next));
+    colours.push_back(next);
+  }
+  colours.resize(n);
+  return colours;
+}
+
+// Refuses, before anything is read, an output that would replace an input of the plot or a file enginery did not
+// write: only a new path or an earlier PNG may be written.
+void check_output(const std::string& png_path, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out(png_path);
+  if (!fs::exists(out, ec)) return;
+  const std::string allowed = "a new path, or a PNG an earlier enginery plot wrote";
+  for (const std::string& input : inputs) {
+    if (fs::equivalent(out, input, ec)) {
+      throw EngineryError("is " + input + ", an input of this plot: writing the PNG there would replace it",
+                          "enginery plot -o " + png_path, allowed);
+    }
+  }
+  char signature[8] = {};
+  std::ifstream in(out, std::ios::binary);
+  const bool png = fs::is_regular_file(out, ec) && in.read(signature, sizeof(signature)) &&
+                   std::memcmp(signature, "\x89PNG\r\n\x1a\n", sizeof(signature)) == 0;
+  if (!png) {
+    throw EngineryError("exists and is not a PNG, so enginery did not write it: writing the plot would replace it",
+                        "enginery plot -o " + png_path, allowed);
+  }
 }
 
 }  // namespace
@@ -249,6 +334,7 @@ PlotReport plot_run(const std::string& run_dir, const std::string& png_path) {
 }
 
 PlotReport plot_run(const std::string& run_dir, const std::string& png_path, std::ostream& warnings) {
+  check_output(png_path, {metrics_path(run_dir)});
   std::string path;
   const Metrics m = read_run(run_dir, warnings, path);
   std::vector<const Series*> drawn = {&m.loss};
@@ -277,8 +363,11 @@ PlotReport plot_run(const std::string& run_dir, const std::string& png_path, std
 }
 
 LabelledRun parse_labelled_run(const std::string& arg) {
+  std::error_code ec;
   const auto eq = arg.find('=');
-  if (eq != std::string::npos && eq > 0 && eq + 1 < arg.size()) return {arg.substr(0, eq), arg.substr(eq + 1)};
+  if (eq != std::string::npos && eq > 0 && eq + 1 < arg.size() && !std::filesystem::exists(arg, ec)) {
+    return {arg.substr(0, eq), arg.substr(eq + 1)};
+  }
   std::filesystem::path dir(arg);
   if (!dir.has_filename()) dir = dir.parent_path();  // "runs/demo/" -> "demo"
   return {dir.filename().string(), arg};
@@ -286,18 +375,23 @@ LabelledRun parse_labelled_run(const std::string& arg) {
 
 PlotReport plot_runs(const std::vector<LabelledRun>& runs, const std::string& png_path, std::ostream& warnings) {
   if (runs.empty()) throw EngineryError("no run to draw", "enginery plot", "one or more run directories");
+  std::vector<std::string> inputs;
+  std::vector<std::string> labels;  // in first-seen order, one colour each
+  for (const auto& run : runs) {
+    inputs.push_back(metrics_path(run.dir));
+    if (std::find(labels.begin(), labels.end(), run.label) == labels.end()) labels.push_back(run.label);
+  }
+  check_output(png_path, inputs);
+  const std::vector<Rgb> colours = label_colours(labels.size());
   std::vector<Metrics> metrics;
   metrics.reserve(runs.size());
-  std::vector<std::string> labels;  // in first-seen order, one colour each
   PlotReport report;
   for (const auto& run : runs) {
     std::string path;
     metrics.push_back(read_run(run.dir, warnings, path));
-    auto at = std::find(labels.begin(), labels.end(), run.label);
-    if (at == labels.end()) at = labels.insert(labels.end(), run.label);
-    const Rgb colour = label_colour(static_cast<size_t>(at - labels.begin()));
+    const auto label = std::find(labels.begin(), labels.end(), run.label) - labels.begin();
     Metrics& m = metrics.back();
-    for (Series* s : {&m.loss, &m.accuracy, &m.val_loss}) s->color = colour;
+    for (Series* s : {&m.loss, &m.accuracy, &m.val_loss}) s->color = colours[static_cast<size_t>(label)];
     report.skipped_lines += m.skipped_lines;
   }
   Panel loss{{}, "training loss"}, accuracy{{}, "held-out exact match", true}, val_loss{{}, "validation loss"};
@@ -322,7 +416,7 @@ PlotReport plot_runs(const std::vector<LabelledRun>& runs, const std::string& pn
   Image img(900, legend_height + panel_height * static_cast<int>(panels.size()) + 10, {255, 255, 255});
   for (size_t i = 0; i < labels.size(); ++i) {
     const int y = 8 + 14 * static_cast<int>(i);
-    img.line(80, y + 3, 100, y + 3, label_colour(i), 3);
+    img.line(80, y + 3, 100, y + 3, colours[i], 3);
     img.text(108, y, labels[i], {20, 20, 20});
   }
   for (size_t i = 0; i < panels.size(); ++i) {

@@ -4,14 +4,17 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "host_api/error.h"
 #include "support/torch_compat.h"  // compat::remove_all
+#include "tests/trainer/png_decode.h"
 #include "trainer/metrics_log.h"
 #include "trainer/plot.h"
 
@@ -175,6 +178,113 @@ TEST_F(PlotInput, SeveralRunsAreOverlaidOneColourPerLabelAndABadRunIsNamed) {
   } catch (const EngineryError& e) {
     EXPECT_NE(std::string(e.what()).find((dir_ / "missing" / "metrics.jsonl").string()), std::string::npos)
         << e.what();
+  }
+}
+
+// `-o RUN/metrics.jsonl` once replaced the metrics with the PNG and said "wrote". An output that is an input (by any
+// path to it) or an existing file that is not a PNG is refused by name before anything is read; an earlier PNG is
+// replaced.
+TEST_F(PlotInput, AnOutputThatIsAnInputOrNotAPngIsRefusedAndKept) {
+  append({R"({"step": 1, "loss": 2.0})", R"({"step": 2, "loss": 1.0})"});
+  const std::string before = [&] {
+    std::ifstream in(metrics());
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }();
+  std::ostringstream warnings;
+  const std::filesystem::path other = dir_ / "other";
+  std::filesystem::create_directories(other);
+  std::filesystem::copy_file(metrics(), other / "metrics.jsonl");
+  std::ofstream(dir_ / "notes.txt") << "mine";
+  std::filesystem::create_symlink(metrics(), dir_ / "link.png");
+  struct Case {
+    std::string output, says;
+  };
+  const std::vector<Case> cases = {
+      {metrics(), "an input of this plot"},
+      {(dir_ / "." / "metrics.jsonl").string(), "an input of this plot"},
+      {(dir_ / "link.png").string(), "an input of this plot"},
+      {(dir_ / "notes.txt").string(), "exists and is not a PNG"},
+      {other.string(), "exists and is not a PNG"},
+  };
+  for (const Case& c : cases) {
+    for (bool several : {false, true}) {
+      std::string error;
+      try {
+        if (several) {
+          plot_runs({{"a", dir_.string()}, {"b", other.string()}}, c.output, warnings);
+        } else {
+          plot_run(dir_.string(), c.output, warnings);
+        }
+      } catch (const EngineryError& e) {
+        error = e.what();
+      }
+      EXPECT_NE(error.find("enginery plot -o " + c.output + ": "), std::string::npos) << c.output << ": " << error;
+      EXPECT_NE(error.find(c.says), std::string::npos) << c.output << ": " << error;
+    }
+  }
+  std::ifstream in(metrics());
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), before);
+  std::ifstream notes(dir_ / "notes.txt");
+  std::string text;
+  notes >> text;
+  EXPECT_EQ(text, "mine");
+  EXPECT_TRUE(std::filesystem::is_directory(other));
+  // another run's metrics are an input too
+  std::string error;
+  try {
+    plot_runs({{"a", dir_.string()}, {"b", other.string()}}, (other / "metrics.jsonl").string(), warnings);
+  } catch (const EngineryError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("an input of this plot"), std::string::npos) << error;
+
+  plot_run(dir_.string(), png(), warnings);
+  EXPECT_TRUE(is_png(png()));
+  EXPECT_NO_THROW(plot_run(dir_.string(), png(), warnings));  // an earlier PNG is replaced
+}
+
+// An argument that names an existing path is a path, even with a '=' in it (runs/lr=1e-3); LABEL=DIR only when it
+// is not.
+TEST_F(PlotInput, AnExistingPathWithAnEqualsSignIsADirectory) {
+  const std::filesystem::path run = dir_ / "lr=1e-3";
+  std::filesystem::create_directories(run);
+  const LabelledRun parsed = parse_labelled_run(run.string());
+  EXPECT_EQ(parsed.label, "lr=1e-3");
+  EXPECT_EQ(parsed.dir, run.string());
+  const LabelledRun labelled = parse_labelled_run("fast=" + run.string());
+  EXPECT_EQ(labelled.label, "fast");
+  EXPECT_EQ(labelled.dir, run.string());
+}
+
+// More labels than the 8-colour palette: every label's legend swatch has its own colour (runs 1 and 9 once shared
+// one), and no two are near each other while that is possible.
+TEST_F(PlotInput, EveryLabelGetsItsOwnColourPastEight) {
+  constexpr int kRuns = 20;
+  std::vector<LabelledRun> runs;
+  for (int r = 0; r < kRuns; ++r) {
+    const auto run = dir_ / ("run" + std::to_string(r));
+    std::filesystem::create_directories(run);
+    MetricsLog log(run.string(), -1);
+    for (int s = 1; s <= 5; ++s) log.write({{"step", s}, {"loss", (1.0 + r) / s}});
+    runs.push_back({"r" + std::to_string(r), run.string()});
+  }
+  std::ostringstream warnings;
+  plot_runs(runs, png(), warnings);
+  const DecodedPng image = read_png(png());
+  ASSERT_EQ(image.width, 900u);
+  std::set<uint32_t> seen;
+  std::vector<Rgb> swatches;
+  for (int i = 0; i < kRuns; ++i) {
+    const Rgb c = image.at(90, 8 + 14 * i + 3);  // the middle of label i's legend line
+    seen.insert((uint32_t(c.r) << 16) | (uint32_t(c.g) << 8) | c.b);
+    swatches.push_back(c);
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kRuns));
+  for (int i = 0; i < kRuns; ++i) {
+    for (int j = 0; j < i; ++j) {
+      const int dr = swatches[i].r - swatches[j].r, dg = swatches[i].g - swatches[j].g, db = swatches[i].b - swatches[j].b;
+      EXPECT_GE(dr * dr + dg * dg + db * db, 50 * 50) << "labels " << j << " and " << i;
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/trainer/png_decode.h"
 #include "trainer/metrics_log.h"
 #include "trainer/plot.h"
 #include "trainer/png_image.h"
@@ -11,8 +12,6 @@
 
 namespace enginery {
 namespace {
-
-uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
 
 TEST(Png, ChecksumsMatchPublishedValues) {
   const char* check = "123456789";
@@ -26,47 +25,16 @@ TEST(Png, EncodedImageDecodesToTheSamePixels) {
   Image img(300, 250, {1, 2, 3});  // 300*3+1 bytes per row * 250 rows > 65535: several stored blocks
   img.line(0, 0, 299, 249, {250, 10, 20});
   img.text(10, 10, "LOSS 0.5%", {0, 0, 0}, 2);
-  const auto png = img.encode_png();
-  ASSERT_EQ(std::memcmp(png.data(), "\x89PNG\r\n\x1a\n", 8), 0);
-  std::vector<uint8_t> idat;
-  size_t pos = 8;
-  bool saw_end = false;
-  while (pos < png.size()) {
-    const uint32_t len = be32(&png[pos]);
-    const std::string type(png.begin() + pos + 4, png.begin() + pos + 8);
-    EXPECT_EQ(crc32(&png[pos + 4], len + 4), be32(&png[pos + 8 + len])) << type;
-    if (type == "IHDR") {
-      EXPECT_EQ(be32(&png[pos + 8]), 300u);
-      EXPECT_EQ(be32(&png[pos + 12]), 250u);
-    }
-    if (type == "IDAT") idat.insert(idat.end(), png.begin() + pos + 8, png.begin() + pos + 8 + len);
-    if (type == "IEND") saw_end = true;
-    pos += 12 + len;
-  }
-  EXPECT_TRUE(saw_end);
-  ASSERT_GE(idat.size(), 6u);
-  EXPECT_EQ((idat[0] * 256 + idat[1]) % 31, 0);  // zlib header check
-  std::vector<uint8_t> raw;
-  size_t p = 2;
-  for (bool last = false; !last;) {
-    last = idat[p] & 1;
-    EXPECT_EQ(idat[p] & 6, 0);  // stored
-    const uint16_t n = idat[p + 1] | (idat[p + 2] << 8);
-    const uint16_t nn = idat[p + 3] | (idat[p + 4] << 8);
-    EXPECT_EQ(uint16_t(~n), nn);
-    raw.insert(raw.end(), idat.begin() + p + 5, idat.begin() + p + 5 + n);
-    p += 5 + n;
-  }
-  EXPECT_EQ(be32(&idat[p]), adler32(raw.data(), raw.size()));
-  ASSERT_EQ(raw.size(), 250u * (300 * 3 + 1));
+  const DecodedPng png = decode_png(img.encode_png());
+  EXPECT_EQ(png.width, 300u);
+  EXPECT_EQ(png.height, 250u);
+  ASSERT_EQ(png.rows.size(), 250u * (300 * 3 + 1));
   for (int y = 0; y < 250; y += 7) {
-    EXPECT_EQ(raw[y * 901], 0);
     for (int x = 0; x < 300; x += 11) {
-      const Rgb c = img.get(x, y);
-      const uint8_t* q = &raw[y * 901 + 1 + x * 3];
-      EXPECT_EQ(q[0], c.r);
-      EXPECT_EQ(q[1], c.g);
-      EXPECT_EQ(q[2], c.b);
+      const Rgb c = img.get(x, y), q = png.at(x, y);
+      EXPECT_EQ(q.r, c.r);
+      EXPECT_EQ(q.g, c.g);
+      EXPECT_EQ(q.b, c.b);
     }
   }
   EXPECT_EQ(img.get(150, 125).r, 250);  // on the diagonal

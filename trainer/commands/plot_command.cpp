@@ -1,5 +1,6 @@
 // `enginery plot <output dir> [-o file.png]`: loss and accuracy of a training run as a PNG; with several
-// directories (each optionally LABEL=DIR), the runs overlaid, one colour per label (seed and dtype sweeps).
+// directories (each optionally LABEL=DIR), the runs overlaid, one colour per label (seed and dtype sweeps). The
+// output never replaces an input or a file that is not a PNG (trainer/plot.h).
 #include <filesystem>
 #include <iostream>
 
@@ -16,9 +17,13 @@ CommandRegistration plot_registration(
       auto dirs = std::make_shared<std::vector<std::string>>();
       auto output = std::make_shared<std::string>();
       sub.add_option("dirs", *dirs,
-                     "Output directories of enginery train (hold metrics.jsonl); LABEL=DIR colours runs by label")
+                     "Output directories of enginery train (hold metrics.jsonl), each DIR or LABEL=DIR (runs sharing "
+                     "a label share a colour). An argument that names an existing path is always a DIR, labelled "
+                     "with its own name (runs/lr=1e-3 is that directory); LABEL=DIR only when it is not")
           ->required();
-      sub.add_option("-o,--output", *output, "PNG to write (default: <dir>/metrics.png; required for several)");
+      sub.add_option("-o,--output", *output,
+                     "PNG to write (default: <dir>/metrics.png; required for several). An existing file is replaced "
+                     "only when it is a PNG and not an input");
       return [dirs, output] {
         if (dirs->size() > 1 && output->empty()) {
           throw EngineryError("several runs need an output file", "enginery plot -o", "a .png path");
