@@ -384,6 +384,18 @@ void check_range(const TrainConfig& c, double value, const std::string& key, dou
   }
 }
 
+// Without trainer.default_local_dir the run's folder is runs/<experiment_name>: a name with a '/' or one that is
+// "." or ".." would put it elsewhere (outside runs/ with "../../x").
+void check_experiment_name(const TrainConfig& c) {
+  const std::string& name = c.trainer.experiment_name;
+  if (!c.trainer.default_local_dir.empty()) return;
+  if (name.find('/') == std::string::npos && name != "." && name != "..") return;
+  throw EngineryError("trainer.experiment_name = \"" + name + "\" is not a folder name: the run's folder would be runs/" +
+                          name + ", not a folder directly in runs/",
+                      c.where("trainer.experiment_name"),
+                      "a name without '/', other than . and ..; trainer.default_local_dir names any other place");
+}
+
 // Values no optimizer or scaler can run with: refused before any rank starts, naming the key.
 void check_optimizer_values(const TrainConfig& c) {
   const double inf = std::numeric_limits<double>::infinity();
@@ -465,6 +477,7 @@ void check_values(const TrainConfig& c) {
     throw EngineryError("data.digits must be within 1..9, got " + std::to_string(c.data.digits), c.where("data.digits"));
   }
   if (c.trainer.experiment_name.empty()) throw EngineryError("trainer.experiment_name is empty", c.where("trainer.experiment_name"));
+  check_experiment_name(c);
   check_optimizer_values(c);
   const ModelSource source = c.model.source();
   if (source.is_builtin()) {

@@ -151,6 +151,26 @@ TEST_F(RunSafety, ResumeFinishesWhatKilledSavesLeftBeforeChoosingTheCheckpoint) 
   EXPECT_TRUE(older.empty());
 }
 
+// trainer.experiment_name is one folder under runs/: a name that climbs out of it or into another folder
+// ("../../x", "a/b") is refused where it is set, naming the allowed form; default_local_dir names any place.
+TEST_F(RunSafety, AnExperimentNameIsOneFolderUnderRuns) {
+  const fs::path file = base_ / "run.toml";
+  std::ofstream(file) << "[trainer]\nexperiment_name = \"ok\"\n";
+  for (const std::string name : {"../../x", "..", ".", "a/b", "/abs", "x/"}) {
+    const std::string flag = "trainer.experiment_name=\"" + name + "\"";
+    const std::string e = error_of([&] { load_train_config(file.string(), {flag}); });
+    EXPECT_NE(e.find("--set " + flag + ": trainer.experiment_name"), std::string::npos) << name << ": " << e;
+    EXPECT_NE(e.find("trainer.default_local_dir"), std::string::npos) << e;
+  }
+  std::ofstream(file, std::ios::trunc) << "[trainer]\nexperiment_name = \"../escape\"\n";
+  EXPECT_NE(error_of([&] { load_train_config(file.string()); }).find(file.string() + ":2:19: trainer.experiment_name"),
+            std::string::npos);
+  EXPECT_EQ(load_train_config(file.string(), {"trainer.experiment_name=\"lr=1e-3 ..x\""}).output_dir(),
+            "runs/lr=1e-3 ..x");
+  EXPECT_EQ(load_train_config(file.string(), {"trainer.default_local_dir=\"../elsewhere\""}).output_dir(),
+            "../elsewhere");
+}
+
 TEST_F(RunSafety, AnUnreadableNewestCheckpointIsNamedNotSkipped) {
   save(10);
   save(20);
