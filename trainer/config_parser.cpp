@@ -126,8 +126,8 @@ class TomlReader : public ConfigVisitor {
   bool has_table(const std::string& key) override {
     known_tables_.insert(key);
     const toml::node* n = lookup(key);
-    if (n != nullptr && !n->is_table()) wrong_type(key, *n, "a table");
-    return n != nullptr;
+    // A value in place of the table is refused by reject_unknown(), which then knows every key the table takes.
+    return n != nullptr && n->is_table();
   }
   void backend_table(const std::string& parent, const std::string& backend,
                      std::map<std::string, std::string>& options) override {
@@ -295,9 +295,14 @@ class TomlReader : public ConfigVisitor {
     for (const auto& [name, node] : table) {
       const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
       if (known_.count(key)) continue;
-      if (node.is_table() && is_known_table(key)) {
-        reject_unknown_in(*node.as_table(), key);
-        continue;
+      if (is_known_table(key)) {
+        if (node.is_table()) {
+          reject_unknown_in(*node.as_table(), key);
+          continue;
+        }
+        throw EngineryError("'" + key + "' is a section, not a key: set one of its keys, as " + key +
+                                ".<key>=<value> (--set) or <key> = <value> under [" + key + "]",
+                            where_key(key, name, node), "<key> one of " + allowed_under(key));
       }
       std::string what = node.is_table() ? "unknown table [" + key + "]" : "unknown key '" + key + "'";
       if (node.is_table() && prefix == "engine") {

@@ -202,6 +202,24 @@ TEST(TrainConfig, DottedOverridesApplyAndNameTheFlagInErrors) {
   EXPECT_NE(error_of(path, {"no_equals_sign"}).find("expected key=value"), std::string::npos);
 }
 
+// A section given a value (`--set trainer=5`, `engine = 1` in the file, a sub-table such as
+// engine.mixed_precision) is named as a section with the form that sets its keys, and the keys it takes.
+TEST(TrainConfig, AValueForASectionNamesTheSectionAndTheKeyForm) {
+  const auto path = write_config("sections.toml", "[trainer]\ntotal_training_steps = 3\n");
+  for (const std::string section : {"trainer", "engine", "engine.mixed_precision", "actor_rollout_ref"}) {
+    const std::string e = error_of(path, {section + "=5"});
+    EXPECT_NE(e.find("--set " + section + "=5: '" + section + "' is a section, not a key: set one of its keys, as " +
+                     section + ".<key>=<value>"),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(e.find("unknown key"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of(path, {"trainer=5"}).find("total_training_steps"), std::string::npos);  // the keys it takes
+  EXPECT_NE(error_of(path, {"engine.mixed_precision=5"}).find("param_dtype"), std::string::npos);
+  const auto in_file = write_config("section_value.toml", "engine = 1\n[trainer]\ntotal_training_steps = 3\n");
+  EXPECT_NE(error_of(in_file).find(in_file + ":1:1: 'engine' is a section"), std::string::npos) << error_of(in_file);
+}
+
 TEST(TrainConfig, OptionsForAnotherBackendAreAnError) {
   const auto path = write_config("backend.toml", "[engine]\nstrategy = \"fsdp\"\n[engine.veomni]\nx = 1\n");
   const std::string e = error_of(path);
