@@ -481,6 +481,13 @@ void check_values(const TrainConfig& c) {
   if (c.data.digits < 1 || c.data.digits > 9) {
     throw EngineryError("data.digits must be within 1..9, got " + std::to_string(c.data.digits), c.where("data.digits"));
   }
+  // An evaluation of nothing would report "0/0" every test_freq steps; verl refuses an empty validation set up front.
+  if (c.trainer.test_freq > 0 && c.data.val_size < 1 && why_not_read(c, "data.val_size").reason.empty()) {
+    throw EngineryError("data.val_size = " + std::to_string(c.data.val_size) +
+                            " leaves no held-out example for the evaluation every trainer.test_freq = " +
+                            std::to_string(c.trainer.test_freq) + " steps",
+                        c.where("data.val_size"), "data.val_size >= 1, or trainer.test_freq = -1 (no evaluation)");
+  }
   if (c.trainer.experiment_name.empty()) throw EngineryError("trainer.experiment_name is empty", c.where("trainer.experiment_name"));
   check_experiment_name(c);
   check_optimizer_values(c);

@@ -1,5 +1,6 @@
 // Which keys the run's algorithm, loss and data actually read (config_schema.h, why_not_read). The RL sections
-// exist for GRPO only, each offline loss reads its own loss.* keys, and two verl model keys have no reader at all.
+// exist for GRPO only, each offline loss reads its own loss.* keys, the built-in task's knobs need its data, and two
+// verl model keys have no reader at all.
 #include "trainer/config_schema.h"
 #include "trainer/dataset.h"
 
@@ -51,6 +52,29 @@ UnreadKey loss_key(const TrainConfig& c, const std::string& key) {
   return {};
 }
 
+// The built-in task's knobs with data from files: its train split reads data.train_size, its held-out split
+// data.val_size (val_files = "builtin:addition", or none beside builtin train data: evaluate_addition), either split
+// data.digits.
+UnreadKey builtin_data_key(const TrainConfig& c, const std::string& key) {
+  const DataSection& d = c.data;
+  const bool builtin_train = is_builtin_addition(d.train_files);
+  const bool builtin_val = is_builtin_addition(d.val_files) || (d.val_files.empty() && builtin_train);
+  std::string reader = "data.train_files or data.val_files";
+  bool read = builtin_train || builtin_val;
+  if (key == "data.train_size") {
+    reader = "data.train_files";
+    read = builtin_train;
+  } else if (key == "data.val_size") {
+    reader = "data.val_files";
+    read = builtin_val;
+  }
+  if (read) return {};
+  const std::string files = "data.train_files = \"" + d.train_files + "\"" +
+                            (d.val_files.empty() ? "" : ", data.val_files = \"" + d.val_files + "\"");
+  return {"is read only for builtin:addition data (" + files + "): data from files has its own size and tokens",
+          "builtin:addition as " + reader + ", or leave the key out"};
+}
+
 }  // namespace
 
 UnreadKey why_not_read(const TrainConfig& c, const std::string& key) {
@@ -63,6 +87,7 @@ UnreadKey why_not_read(const TrainConfig& c, const std::string& key) {
     return {"is read only for .jsonl data (data.train_files = \"" + c.data.train_files + "\")",
             "a .jsonl data.train_files or data.val_files, or leave the key out"};
   }
+  if (key == "data.digits" || key == "data.train_size" || key == "data.val_size") return builtin_data_key(c, key);
   if (key == "model.tokenizer_path") {
     return {"is not read: enginery takes token ids and loads no tokenizer", "leave the key out"};
   }

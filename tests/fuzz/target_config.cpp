@@ -1,5 +1,5 @@
 // Targets of the run config (trainer/config_parser.cpp): the TOML file itself, and --set overrides applied to
-// examples/demo.toml. A config that loads must also survive the printer: to_toml's output is what a run saves as
+// examples/demo.toml (less its built-in task's knobs). A config that loads must also survive the printer: to_toml's output is what a run saves as
 // its config.toml, and it must load again (trainer/train_config.h).
 #include <sstream>
 
@@ -56,9 +56,19 @@ void fuzz_one(const std::string& input) { check_round_trip(load_config_text(inpu
 }  // namespace config
 
 namespace config_overrides {
-// One --set flag per line of the input, on top of the demo config.
+// The demo config without its built-in task's width and held-out size: several seeds name data from files, beside
+// which those keys are refused (trainer/config_reads.cpp).
+std::string demo_for_any_data() {
+  std::string out;
+  for (const std::string& line : lines(read_file(source_dir() / "examples/demo.toml"))) {
+    if (line.rfind("digits", 0) != 0 && line.rfind("val_size", 0) != 0) out += line + "\n";
+  }
+  return out;
+}
+
+// One --set flag per line of the input, on top of that config.
 void fuzz_one(const std::string& input) {
-  static const std::string demo = read_file(source_dir() / "examples/demo.toml");
+  static const std::string demo = demo_for_any_data();
   check_round_trip(load_config_text(demo, lines(input)));
 }
 }  // namespace config_overrides

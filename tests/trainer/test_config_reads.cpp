@@ -1,7 +1,7 @@
 // A key the run's algorithm, loss or data does not read is refused by name where it was set, never accepted and
 // ignored (trainer/config_reads.cpp): RL sections under an offline loss, loss.* keys of another loss or under GRPO,
-// the KL keys without use_kl_loss, .jsonl options without .jsonl data, and verl's model keys with no reader. The
-// resolved config leaves such keys out, so it still reads back.
+// the KL keys without use_kl_loss, .jsonl options without .jsonl data, the built-in task's knobs with data from
+// files, and verl's model keys with no reader. The resolved config leaves such keys out, so it still reads back.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -106,6 +106,55 @@ TEST(ConfigReads, ModelKeysWithoutAReaderAndJsonlOptionsWithoutJsonlAreRefused) 
   EXPECT_NE(reads_error(base, {"data.train_files=d.jsonl", "data.truncation=middle"})
                 .find("allowed: error, left, right"),
             std::string::npos);
+}
+
+// The built-in task's size and width with data from files were accepted and ignored: each is refused by name, and
+// read wherever a split of the built-in task is (issue 41).
+TEST(ConfigReads, BuiltinTaskKnobsWithDataFromFilesAreRefused) {
+  const std::string base = reads_config("files.toml", kSftOnly);
+  EXPECT_EQ(reads_error(base, {"data.train_files=d.jsonl", "data.digits=2"}),
+            "--set data.digits=2: data.digits is read only for builtin:addition data (data.train_files = \"d.jsonl\"): "
+            "data from files has its own size and tokens (allowed: builtin:addition as data.train_files or "
+            "data.val_files, or leave the key out)");
+  EXPECT_EQ(reads_error(base, {"data.train_files=d.bin", "data.train_size=500"}),
+            "--set data.train_size=500: data.train_size is read only for builtin:addition data (data.train_files = "
+            "\"d.bin\"): data from files has its own size and tokens (allowed: builtin:addition as data.train_files, "
+            "or leave the key out)");
+  EXPECT_EQ(reads_error(base, {"data.val_files=v.jsonl", "data.val_size=8"}),
+            "--set data.val_size=8: data.val_size is read only for builtin:addition data (data.train_files = "
+            "\"builtin:addition\", data.val_files = \"v.jsonl\"): data from files has its own size and tokens "
+            "(allowed: builtin:addition as data.val_files, or leave the key out)");
+  const std::string file_key =
+      reads_config("file_key.toml", std::string(kSftOnly) + "[data]\ntrain_files = \"d.jsonl\"\nval_size = 8\n");
+  EXPECT_NE(reads_error(file_key).find(file_key + ":7:12: data.val_size is read only for builtin:addition data"),
+            std::string::npos)
+      << reads_error(file_key);
+  // Read where a split is the built-in task: builtin training data (digits, both sizes: its held-out split is the
+  // evaluation's), or builtin held-out data beside a file.
+  EXPECT_EQ(reads_error(base, {"data.digits=2", "data.train_size=500", "data.val_size=8"}), "no error");
+  EXPECT_EQ(reads_error(base, {"data.train_files=d.jsonl", "data.val_files=builtin:addition", "data.digits=2",
+                               "data.val_size=8"}),
+            "no error");
+  // The resolved config of a file-data run leaves them out, so it reads back.
+  TrainConfig files = load_train_config(base, {"data.train_files=d.jsonl"});
+  const std::string text = to_toml(files);
+  for (const std::string absent : {"digits", "train_size", "val_size"}) {
+    EXPECT_EQ(text.find(absent), std::string::npos) << absent << " in\n" << text;
+  }
+}
+
+// An evaluation with nothing to evaluate reported "exact match 0.0% (0/0)" every test_freq steps: refused up front,
+// naming both keys, as verl refuses an empty validation set before training ("Validation dataloader is empty!").
+TEST(ConfigReads, AnEvaluationOfNoExamplesIsRefused) {
+  const std::string base = reads_config("eval.toml", kSftOnly);
+  EXPECT_EQ(reads_error(base, {"trainer.test_freq=1", "data.val_size=0"}),
+            "--set data.val_size=0: data.val_size = 0 leaves no held-out example for the evaluation every "
+            "trainer.test_freq = 1 steps (allowed: data.val_size >= 1, or trainer.test_freq = -1 (no evaluation))");
+  EXPECT_NE(reads_error(base, {"trainer.test_freq=5", "data.val_files=builtin:addition", "data.val_size=-3"})
+                .find("data.val_size = -3 leaves no held-out example for the evaluation every trainer.test_freq = 5"),
+            std::string::npos);
+  EXPECT_EQ(reads_error(base, {"trainer.test_freq=-1", "data.val_size=0"}), "no error");
+  EXPECT_EQ(reads_error(base, {"trainer.test_freq=1", "data.val_size=1"}), "no error");
 }
 
 TEST(ConfigReads, TheResolvedConfigLeavesUnreadKeysOutAndReadsBack) {
