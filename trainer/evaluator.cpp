@@ -54,6 +54,12 @@ struct Position {
 
 }  // namespace
 
+std::string nonfinite_note(const EvalResult& r) {
+  if (r.nonfinite == 0) return "";
+  return std::to_string(r.nonfinite) + " of " + std::to_string(r.total) +
+         " held-out sequences gave non-finite log-probs (NaN or inf): counted wrong, val_loss nan";
+}
+
 EvalResult evaluate_addition(const EvalContext& ctx, const AdditionTask& task, int64_t val_size) {
   std::vector<Example> examples;
   for (int64_t i = ctx.rank; i < val_size; i += ctx.world_size) {
@@ -63,11 +69,12 @@ EvalResult evaluate_addition(const EvalContext& ctx, const AdditionTask& task, i
   const int64_t begin = task.answer_begin();
   const int64_t end = task.seq_len();
 
-  // Pass 1: the true sequences. A target with p > 1/2 is the argmax.
+  // Pass 1: the true sequences. A target with p > 1/2 is the argmax. A non-finite log-prob fails its sequence
+  // (a NaN compares false with every threshold: unchecked, it would read as decided, and as a match).
   const std::vector<torch::Tensor> first = infer_rows(ctx, examples);
   double nll = 0.0, tokens = 0.0;
   std::vector<std::vector<int64_t>> predicted(examples.size());
-  std::vector<bool> correct(examples.size(), true);
+  std::vector<bool> correct(examples.size(), true), nonfinite(examples.size(), false);
   std::vector<Position> open;
   for (size_t k = 0; k < examples.size(); ++k) {
     predicted[k] = examples[k].input_ids;
@@ -75,7 +82,11 @@ EvalResult evaluate_addition(const EvalContext& ctx, const AdditionTask& task, i
       const double lp = first[k][t].item<double>();
       nll -= lp;
       tokens += 1.0;
-      if (lp <= std::log(0.5)) open.push_back({static_cast<int64_t>(k), t});
+      if (!std::isfinite(lp)) {
+        nonfinite[k] = true;
+      } else if (lp <= std::log(0.5)) {
+        open.push_back({static_cast<int64_t>(k), t});
+      }
     }
   }
 
@@ -100,7 +111,9 @@ EvalResult evaluate_addition(const EvalContext& ctx, const AdditionTask& task, i
     double best_p = -1.0, mass = 0.0, target_p = 0.0;
     int64_t best = -1;
     for (int64_t v = 0; v < vocab; ++v) {
-      const double prob = std::exp(second[j * vocab + v][p.t].item<double>());
+      const double lp = second[j * vocab + v][p.t].item<double>();
+      if (!std::isfinite(lp)) nonfinite[p.example] = true;
+      const double prob = std::exp(lp);
       mass += prob;
       if (v == target) target_p = prob;
       if (prob > best_p) best_p = prob, best = v;
@@ -110,21 +123,28 @@ EvalResult evaluate_addition(const EvalContext& ctx, const AdditionTask& task, i
     if (!wins) correct[p.example] = false;
   }
 
-  int64_t local_correct = 0;
-  for (bool c : correct) local_correct += c ? 1 : 0;
+  int64_t local_correct = 0, local_nonfinite = 0;
+  for (size_t k = 0; k < examples.size(); ++k) {
+    if (nonfinite[k]) correct[k] = false;
+    local_correct += correct[k] ? 1 : 0;
+    local_nonfinite += nonfinite[k] ? 1 : 0;
+  }
   EvalResult result;
   for (size_t k = 0; k < examples.size() && k < 3 && ctx.rank == 0; ++k) {
-    std::string line = task.render(predicted[k]) + (correct[k] ? "  ok" : "  wrong, expected " +
-                                                                           task.render(examples[k].input_ids));
+    std::string line = task.render(predicted[k]) +
+                       (nonfinite[k] ? "  failed: non-finite log-probs"
+                        : correct[k] ? "  ok"
+                                     : "  wrong, expected " + task.render(examples[k].input_ids));
     result.samples.push_back(line);
   }
   const auto sums = all_reduce(ctx.group, {static_cast<double>(local_correct), static_cast<double>(examples.size()),
-                                           nll, tokens},
+                                           nll, tokens, static_cast<double>(local_nonfinite)},
                                c10d::ReduceOp::SUM, ctx.device, "evaluation: all-reduce of the exact-match counts");
   result.correct = static_cast<int64_t>(sums[0]);
   result.total = static_cast<int64_t>(sums[1]);
+  result.nonfinite = static_cast<int64_t>(sums[4]);
   result.accuracy = result.total > 0 ? sums[0] / sums[1] : 0.0;
-  result.val_loss = sums[3] > 0 ? sums[2] / sums[3] : 0.0;
+  result.val_loss = result.nonfinite > 0 ? NAN : sums[3] > 0 ? sums[2] / sums[3] : 0.0;
   result.has_accuracy = true;
   return result;
 }
@@ -133,18 +153,24 @@ EvalResult evaluate_loss(const EvalContext& ctx, const Dataset& val) {
   std::vector<Example> rows;
   for (int64_t i = ctx.rank; i < val.size(); i += ctx.world_size) rows.push_back(val.get(i));
   const std::vector<torch::Tensor> log_probs = infer_rows(ctx, rows);
-  double nll = 0.0, tokens = 0.0;
+  double nll = 0.0, tokens = 0.0, nonfinite = 0.0;
   for (size_t k = 0; k < rows.size(); ++k) {
+    bool finite = true;
     for (size_t t = 1; t < rows[k].input_ids.size(); ++t) {
       if (rows[k].loss_mask[t] == 0.0f) continue;
-      nll -= log_probs[k][static_cast<int64_t>(t)].item<double>() * rows[k].loss_mask[t];
+      const double lp = log_probs[k][static_cast<int64_t>(t)].item<double>();
+      finite = finite && std::isfinite(lp);
+      nll -= lp * rows[k].loss_mask[t];
       tokens += rows[k].loss_mask[t];
     }
+    nonfinite += finite ? 0.0 : 1.0;
   }
-  const auto sums = all_reduce(ctx.group, {nll, tokens}, c10d::ReduceOp::SUM, ctx.device,
-                               "evaluation: all-reduce of the validation loss");
+  const auto sums = all_reduce(ctx.group, {nll, tokens, static_cast<double>(rows.size()), nonfinite},
+                               c10d::ReduceOp::SUM, ctx.device, "evaluation: all-reduce of the validation loss");
   EvalResult result;
-  result.val_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  result.total = static_cast<int64_t>(sums[2]);
+  result.nonfinite = static_cast<int64_t>(sums[3]);
+  result.val_loss = result.nonfinite > 0 ? NAN : sums[1] > 0 ? sums[0] / sums[1] : 0.0;
   return result;
 }
 

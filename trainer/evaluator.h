@@ -11,14 +11,21 @@
 
 namespace enginery {
 
+// A sequence whose scored log-probs are not all finite (NaN or inf: a broken model or plugin) is a failure, never a
+// match: it counts as wrong, makes val_loss NaN and is counted in `nonfinite` (docs/ARCHITECTURE.md, "Evaluation").
 struct EvalResult {
   int64_t correct = 0;
-  int64_t total = 0;
-  double accuracy = 0.0;  // correct / total (addition task only)
-  double val_loss = 0.0;  // token-mean negative log-likelihood of the targets
+  int64_t total = 0;       // sequences evaluated, all ranks
+  int64_t nonfinite = 0;   // of them, those with a non-finite log-prob at a scored position
+  double accuracy = 0.0;   // correct / total (addition task only)
+  double val_loss = 0.0;   // token-mean negative log-likelihood of the targets; NaN when nonfinite > 0
   bool has_accuracy = false;
   std::vector<std::string> samples;  // a few rendered predictions from rank 0's share
 };
+
+// "12 of 12 held-out sequences gave non-finite log-probs (NaN or inf): counted wrong, val_loss nan"; empty when
+// every sequence was finite.
+std::string nonfinite_note(const EvalResult& result);
 
 struct EvalContext {
   BaseEngine* engine = nullptr;

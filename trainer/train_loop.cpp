@@ -186,6 +186,8 @@ void print_eval(const EvalResult& r, int64_t step) {
   std::cout << buffer << "\n";
   for (const auto& sample : r.samples) std::cout << "    " << sample << "\n";
   std::cout.flush();
+  const std::string failed = nonfinite_note(r);
+  if (!failed.empty()) std::cerr << "warning: eval step " << step << ": " << failed << "\n" << std::flush;
 }
 
 // The loop from the step after `start` to the last: one train_batch per step, rank 0's progress lines and
@@ -257,6 +259,7 @@ void TrainingLoop::evaluate(int64_t step) {
   if (!lead_) return;
   print_eval(r, step);
   nlohmann::json line = {{"step", step}, {"val_loss", r.val_loss}};
+  if (r.nonfinite > 0) line["nonfinite_sequences"] = r.nonfinite;  // val_loss is NaN: written as null
   if (r.has_accuracy) {
     line["accuracy"] = r.accuracy;
     line["correct"] = r.correct;
