@@ -2,6 +2,9 @@
 
 #include <torch/cuda.h>
 
+#include <algorithm>
+#include <sstream>
+
 #include "host_api/error.h"
 #include "launch/spawn.h"
 
@@ -92,6 +95,24 @@ void check_config_honoured(const EngineRegistry& registry, const EngineKey& key,
   }
 }
 
+// GRPO takes its old, reference and new log-probs at rollout.temperature, through the batch's `temperature`
+// (docs/ARCHITECTURE.md, "One step", Temperature); an engine whose manifest lacks the capability would take them at 1, and
+// the PPO ratio would compare another distribution than the one sampled from.
+void check_temperature_honoured(const EngineRegistry& registry, const EngineKey& key, const TrainConfig& config) {
+  if (!config.is_grpo() || config.rollout.temperature == 1.0) return;
+  for (const auto& info : registry.list()) {
+    if (info.key.str() != key.str()) continue;
+    const auto& caps = info.capabilities;
+    if (std::find(caps.begin(), caps.end(), "temperature") != caps.end()) return;
+    std::ostringstream what;
+    what << "rollout.temperature = " << config.rollout.temperature << ": GRPO computes its log-probs at the "
+         << "rollout's temperature, and engine " << key.str() << " (" << info.origin.str()
+         << ") does not apply one (its manifest lacks the capability 'temperature')";
+    throw EngineryError(what.str(), config.where("rollout.temperature"),
+                        "rollout.temperature = 1, or an engine whose plugin declares the capability 'temperature'");
+  }
+}
+
 }  // namespace
 
 void check_engine_available(const EngineRegistry& registry, const PluginLoadReport& report, const TrainConfig& config,
@@ -99,6 +120,7 @@ void check_engine_available(const EngineRegistry& registry, const PluginLoadRepo
   const EngineKey key{config.model_type(), config.engine.strategy, device};
   if (registry.has(key)) {
     check_config_honoured(registry, key, config, world_size);
+    check_temperature_honoured(registry, key, config);
     return;
   }
   std::string allowed;

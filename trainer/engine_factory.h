@@ -40,7 +40,8 @@ PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<Plugin
 // Throws EngineryError naming where engine.strategy was set (file:line:col or the flag) when the registry has no
 // engine for (model_type, strategy, device); the allowed list names every registered backend and its plugin, and
 // any plugin that was rejected. Then refuses every key the engine does not honour at `world_size` ranks, naming
-// where that key was set.
+// where that key was set, and a GRPO rollout.temperature other than 1 for an engine without the capability
+// 'temperature'.
 void check_engine_available(const EngineRegistry& registry, const PluginLoadReport& report, const TrainConfig& config,
                             const std::string& device, int64_t world_size);
 

@@ -86,6 +86,9 @@ GrpoStep::Rollout GrpoStep::sample(int64_t step, const std::vector<Example>& exa
   r.response_lengths = gen.response_lengths.to(torch::kCPU, torch::kDouble);
   r.prompt_lengths = prompt_batch.mask.sum(1).to(torch::kDouble);
   r.batch = rollout_batch(gen);
+  // verl's meta_info["temperature"]: the old, reference and new log-probs are those of the distribution sampled
+  // from, so the PPO ratio and the KL compare like with like (the engine's head and PolicyCopy read it).
+  r.batch.set_meta("temperature", config_.rollout.temperature);
   const torch::Tensor& mask = r.batch.at("loss_mask");
   r.batch.set("advantages", r.advantages.to(device_, torch::kFloat).unsqueeze(1) * mask);
   timing["timing_s/reward"] = seconds_since(t);

@@ -2,7 +2,8 @@
 // One GRPO step on every rank (docs/ARCHITECTURE.md, "One step", driven n times per step): refresh the rollout
 // copy from the actor, sample rollout.n responses per prompt, score them, normalise within each group, old
 // log-probs from the actor (infer_batch), reference log-probs, then ppo_epochs passes of mini-batch updates
-// (train_batch). The math lives in advantages / kl / grpo_loss / rollout_data; this file only orders the calls.
+// (train_batch); every log-prob at rollout.temperature, the distribution sampled from. The math lives in
+// advantages / kl / grpo_loss / rollout_data; this file only orders the calls.
 #include <cstdint>
 #include <map>
 #include <memory>

@@ -64,7 +64,9 @@ torch::Tensor PolicyCopy::log_probs(const Batch& batch, int64_t rows_per_call) {
     models::ModelInputs inputs;
     inputs.input_ids = part.at("input_ids");
     inputs.attention_mask = part.at("attention_mask");
-    const ModelOutput out = model_->forward(inputs, models::HeadOptions{}, nullptr);
+    models::HeadOptions head;
+    head.temperature = batch_temperature(part);
+    const ModelOutput out = model_->forward(inputs, head, nullptr);
     parts.push_back(out.log_probs.to(torch::kFloat));
   }
   return torch::cat(parts, 0);

@@ -25,8 +25,8 @@ class PolicyCopy {
   // rank drains the whole stream, and only then reports a name or shape this copy does not have.
   void load_from(BaseEngine& engine);
 
-  // Per-token log-probs of `batch` (input_ids, attention_mask) under no-grad, in rows of at most `rows_per_call`,
-  // as float32 [batch, seq] (host_api/batch.h alignment).
+  // Per-token log-probs of `batch` (input_ids, attention_mask) at its batch_temperature(), under no-grad, in rows of
+  // at most `rows_per_call`, as float32 [batch, seq] (host_api/batch.h alignment).
   torch::Tensor log_probs(const Batch& batch, int64_t rows_per_call);
 
   models::CausalLM& model() { return *model_; }
