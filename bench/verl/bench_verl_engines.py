@@ -224,6 +224,14 @@ def table(results, args, params, versions, work):
                     else ("", "")
                 add(f"| {phase} | **enginery / verl** | | | | **{speedup:.2f}x** | {mem:.2f}x | {goal} | {met} |")
         add("")
+        trained = [p for p in args.phases if p in ("ppo", "sft")]
+        before = [p for p in args.phases if p not in ("ppo", "sft")
+                  and (not trained or args.phases.index(p) < args.phases.index(trained[0]))]
+        if before:
+            add(f"- Memory of {', '.join(before)}: measured before any optimizer step of that process. enginery "
+                f"allocates AdamW's moments at initialize(), torch (verl's engine) at the first step, so verl's "
+                f"peaks there lack its optimizer state (2 x 4 bytes a parameter), which an RL loop holds after its "
+                f"first step.")
         if not ("verl" in runs and "enginery" in runs):
             continue
         v_tag, e_tag = runs["verl"][0]["tag"], runs["enginery"][0]["tag"]
@@ -242,12 +250,14 @@ def table(results, args, params, versions, work):
         if "export" in summaries:
             v, e = summaries["export"]["verl"]["first"], summaries["export"]["enginery"]["first"]
             common = sorted(set(v["names"]) & set(e["names"]))
-            rel = max((abs(v["checksum"][n] - e["checksum"][n]) / max(1e-30, abs(v["checksum"][n])) for n in common),
-                      default=0.0)
+            # |difference of the sums| over the sum of magnitudes: a tensor whose sum is near 0 (a bias, most
+            # weights of a random init) would make a relative difference of the sums meaningless.
+            rel = max((abs(v["checksum"][n][0] - e["checksum"][n][0]) / max(1e-30, v["checksum"][n][1])
+                       for n in common), default=0.0)
             only_v, only_e = sorted(set(v["names"]) - set(e["names"])), sorted(set(e["names"]) - set(v["names"]))
             add(f"- export: verl {len(v['names'])} tensors ({v['numel'] / 1e9:.3f}B values), enginery "
                 f"{len(e['names'])} ({e['numel'] / 1e9:.3f}B); {len(common)} names in common, their bf16 sums differ "
-                f"by {rel:.1e} (relative) at most; only verl's: {only_v or 'none'}; only enginery's: "
+                f"by {rel:.1e} of the tensor's sum of magnitudes at most; only verl's: {only_v or 'none'}; only enginery's: "
                 f"{only_e or 'none'}.")
     return "\n".join(lines)
 

@@ -115,8 +115,8 @@ def flat(values):
 
 def consume_export(engine, device, checksum):
     """The rollout side of a weight sync: every tensor of get_per_tensor_param() materialised on `device` in bf16
-    (what a rollout engine loads into its weights). With `checksum`, also the float64 sum of each tensor (a second
-    pass over the weights: only in the warm-up call)."""
+    (what a rollout engine loads into its weights). With `checksum`, also each tensor's float64 sum and sum of
+    magnitudes (a second pass over the weights: only in the warm-up call)."""
     import torch
     gen, _ = engine.get_per_tensor_param()
     names, numel, sums = [], 0, {}
@@ -125,8 +125,8 @@ def consume_export(engine, device, checksum):
         names.append(name)
         numel += t.numel()
         if checksum:
-            sums[name] = t.double().sum()
-    return names, numel, {k: float(v) for k, v in sums.items()}
+            sums[name] = torch.stack([t.double().sum(), t.double().abs().sum()])
+    return names, numel, {k: v.tolist() for k, v in sums.items()}
 
 
 def run_phase(phase, engine, steps, loss_fns, args, memory, sync, work, tag):

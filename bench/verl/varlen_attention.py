@@ -8,7 +8,7 @@ it stands in for flash-attn: each packed sequence attends causally to itself alo
 With `sdpa` instead, transformers would build a dense block-diagonal mask over the whole packed row."""
 import torch
 
-NAME = "aten_varlen_flash"
+NAME = "aten_varlen"  # no "flash" in it: transformers would look for a flash-attn package under such a name
 
 # One packed row's boundaries, kept for the layers after the first: every layer of one forward (and its recompute
 # under activation checkpointing) gets the same position_ids tensor, and reading the boundaries costs a device sync.
