@@ -1,17 +1,21 @@
 #include "launch/rendezvous.h"
 
+#include <c10/util/Logging.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <future>
 #include <memory>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "host_api/error.h"
+#include "launch/world_group.h"
 #include "support/torch_errors.h"
 
 namespace enginery {
@@ -19,10 +23,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string seconds_text(std::chrono::milliseconds d) {
-  std::ostringstream out;
-  out << static_cast<double>(d.count()) / 1000.0 << " s";
-  return out.str();
+// c10d's TCPStore client logs every failed connect attempt, each with LibTorch's backtrace (16 frames), and the
+// address lookups it retries: the rendezvous says once at the start what it waits for and once at the end why it
+// failed, and holds those lines back in between. TORCH_CPP_LOG_LEVEL set is a user asking for c10d's own lines.
+class QuietC10dLog {
+ public:
+  QuietC10dLog() : saved_(FLAGS_caffe2_log_level) {
+    if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = std::max(saved_, c10::GLOG_FATAL);
+  }
+  void restore() const { FLAGS_caffe2_log_level = saved_; }
+
+ private:
+  const int saved_;
+};
+
+// " (MASTER_ADDR 256.1.1.1 does not resolve: Name or service not known)", or "" when it resolves: the cause c10d
+// only logged, in a line held back while waiting.
+std::string unresolved(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (rc == 0) return "";
+  return " (MASTER_ADDR " + host + " does not resolve: " + ::gai_strerror(rc) + ")";
 }
 
 std::string check_in_key(int64_t rank) { return "enginery/rendezvous/rank_" + std::to_string(rank); }
@@ -70,7 +95,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const RankEnv& env, const RendezvousO
                             (env.spawned_locally ? std::string("the launcher is gone")
                                                  : std::string("rank 0 has not started or is gone, or "
                                                                "MASTER_ADDR/MASTER_PORT differ between ranks")) +
-                            " (" + compat::error_first_line(e) + ")",
+                            unresolved(env.master_addr) + " (" + compat::error_first_line(e) + ")",
                         "rendezvous");
   }
   phase = kCheckingIn;
@@ -99,9 +124,18 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const RankEnv& env, const RendezvousO
 
 }  // namespace
 
+std::string rendezvous_start_line(const RankEnv& env, const RendezvousOptions& options) {
+  const std::string server = serves_store(env) ? "served by this rank" : store_server(env);
+  return "rank " + std::to_string(env.rank) + ": joining the rendezvous at " + env.master_addr + ":" +
+         std::to_string(env.master_port) + " (" + server + "), world size " + std::to_string(env.world_size) +
+         "; waiting at most " + seconds_text(options.timeout) + " (" + options.setting + ") for every rank to join";
+}
+
 c10::intrusive_ptr<c10d::Store> join_rendezvous(const RankEnv& env, const RendezvousOptions& options) {
   const std::string self = "rank " + std::to_string(env.rank);
   const std::string at = env.master_addr + ":" + std::to_string(env.master_port);
+  if (options.progress != nullptr) *options.progress << rendezvous_start_line(env, options) << std::endl;
+  const QuietC10dLog quiet;
   // c10d's client blocks without limit on a server that accepted the connection and never answers (a stopped or
   // hung rank 0): the rendezvous runs on a thread of its own, and this one stops waiting for it a little after its
   // own bounds (which name the cause more precisely) have had their chance. An abandoned thread stays blocked until
@@ -119,6 +153,8 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const RankEnv& env, const Rendez
   // c10d's connect retries past its own timeout, so this bound is usually the one that names an absent server.
   const auto grace = std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(3));
   if (result.wait_for(options.timeout + grace) != std::future_status::ready) {
+    // The abandoned thread may still log from c10d: c10d's lines stay held back until the caller's error ends the
+    // process.
     const std::string waited = self + " waited " + seconds_text(options.timeout) + " (" + options.setting + ") for ";
     if (*phase == kConnecting && !serves_store(env)) {
       throw EngineryError(waited + store_server(env) + " at " + at + " and got no answer: " +
@@ -127,7 +163,8 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const RankEnv& env, const Rendez
                                                  "(the launcher is stopped or hung)")
                                    : std::string("nothing accepted the connection, or rank 0 accepted it and never "
                                                  "replied (rank 0 not started, gone, stopped or hung, or "
-                                                 "MASTER_ADDR/MASTER_PORT differ between ranks)")),
+                                                 "MASTER_ADDR/MASTER_PORT differ between ranks)") +
+                                         unresolved(env.master_addr)),
                           "rendezvous");
     }
     throw EngineryError(waited + "the rendezvous store at " + at + " to answer: " +
@@ -137,6 +174,7 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const RankEnv& env, const Rendez
                                                  " is stopped or hung)"),
                         "rendezvous");
   }
+  quiet.restore();
   return result.get();
 }
 

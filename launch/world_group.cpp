@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 
 namespace enginery {
 
@@ -23,6 +24,18 @@ c10::intrusive_ptr<compat::CommGroup> make_world_group(const c10::intrusive_ptr<
 
 std::chrono::milliseconds collective_timeout(double seconds) {
   return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(seconds * 1000.0))));
+}
+
+std::string seconds_text(std::chrono::milliseconds timeout) {
+  std::ostringstream out;
+  out << static_cast<double>(timeout.count()) / 1000.0 << " s";
+  return out.str();
+}
+
+std::string collective_wait_line(int64_t world_size, const std::string& device, std::chrono::milliseconds timeout,
+                                 const std::string& setting) {
+  return "world group: " + std::to_string(world_size) + " ranks over " + world_group_backend(device) +
+         "; a collective waits at most " + seconds_text(timeout) + " for the other ranks (" + setting + ")";
 }
 
 bool has_world_group(const std::string& device) {

@@ -23,6 +23,14 @@ c10::intrusive_ptr<compat::CommGroup> make_world_group(const c10::intrusive_ptr<
 // trainer.collective_timeout_s as c10d's milliseconds (at least 1).
 std::chrono::milliseconds collective_timeout(double seconds);
 
+// A timeout for messages: "600 s", "0.5 s".
+std::string seconds_text(std::chrono::milliseconds timeout);
+
+// "world group: 2 ranks over Gloo; a collective waits at most 600 s for the other ranks
+// (trainer.collective_timeout_s)": said once at the start, so a stopped peer's silence has a known end.
+std::string collective_wait_line(int64_t world_size, const std::string& device, std::chrono::milliseconds timeout,
+                                 const std::string& setting);
+
 // Whether this build has the backend make_world_group picks for `device`.
 bool has_world_group(const std::string& device);
 

@@ -108,12 +108,17 @@ void build_engine(RankEngine& out, const TrainConfig& config, const RankEnv& env
   rendezvous.timeout = collective_timeout(config.trainer.rendezvous_timeout_s);
   rendezvous.op_timeout = timeout;
   rendezvous.setting = "trainer.rendezvous_timeout_s";
+  // A rank torchrun or srun started says what it waits for; our launcher's ranks start together, watched by it.
+  if (!env.spawned_locally) rendezvous.progress = &std::cout;
   out.store = join_rendezvous(env, rendezvous);
   // Every rank has checked in; a peer lost between here and the group's own handshake is bounded like a collective.
   out.group = guard_collective("creating the " + std::string(world_group_backend(device_name)) + " world group",
                                env.rank, [&] {
                                  return make_world_group(out.store, env.rank, env.world_size, device_name, timeout);
                                });
+  if (lead && env.world_size > 1) {
+    std::cout << collective_wait_line(env.world_size, device_name, timeout, "trainer.collective_timeout_s") << "\n";
+  }
   EngineArgs args;
   args.device = device_name;
   args.rank = env.rank;

@@ -1,9 +1,17 @@
 // trainer.collective_timeout_s over real processes (docs/ARCHITECTURE.md, "Errors"): a peer that stops answering makes
 // the other rank's collective fail within the timeout, naming the collective, the rank and the setting, instead of
-// waiting forever in Gloo.
+// waiting forever in Gloo; `enginery train` says at the start how long that wait may be.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -11,6 +19,7 @@
 #include "host_api/error.h"
 #include "launch/world_group.h"
 #include "tests/support/multirank.h"
+#include "support/torch_compat.h"  // compat::remove_all
 #include "trainer/collectives.h"
 
 namespace enginery {
@@ -72,3 +81,78 @@ TEST(CollectiveTimeout, TheGuardNamesOnlyExpiredWaits) {
 
 }  // namespace
 }  // namespace enginery
+
+namespace collective_timeout_e2e {  // named: the unity build puts this file beside the other trainer tests
+
+namespace fs = std::filesystem;
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// One rank of a 2-rank `enginery train` started as torchrun starts it, its output in `log`; the pipe gives its pid.
+FILE* start_rank(int rank, int port, const fs::path& dir, const fs::path& log) {
+  const std::string cmd = "echo $$; RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" +
+                          std::to_string(rank) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                          " OMP_NUM_THREADS=1 exec " + ENGINERY_EXE + " train --config " + ENGINERY_SOURCE_DIR +
+                          "/examples/demo.toml --set trainer.device=cpu --set trainer.total_training_steps=1000" +
+                          " --set trainer.test_freq=0 --set trainer.save_freq=0 --set trainer.log_freq=1" +
+                          " --set trainer.collective_timeout_s=2 --set trainer.default_local_dir=" +
+                          (dir / "run").string() + " --plugin-dir " + ENGINERY_PLUGIN_DIR + " > " + log.string() +
+                          " 2>&1";
+  return popen(cmd.c_str(), "r");
+}
+
+// Rank 1 stopped (SIGSTOP) once training runs: rank 0 said at the start how long a collective waits for the others,
+// and fails within that bound, in one line naming the setting, with no backtrace.
+TEST(CollectiveTimeout, AStoppedPeerEndsTheRunWithinTheWaitAnnouncedAtTheStart) {
+  const fs::path dir = fs::temp_directory_path() / ("enginery_collective_" + std::to_string(getpid()));
+  enginery::compat::remove_all(dir);
+  fs::create_directories(dir);
+  const int port = 12000 + static_cast<int>(getpid() % 4000) * 2;  // below the rendezvous tests' ports
+  FILE* rank1 = start_rank(1, port, dir, dir / "rank1.log");
+  FILE* rank0 = start_rank(0, port, dir, dir / "rank0.log");
+  ASSERT_NE(rank1, nullptr);
+  ASSERT_NE(rank0, nullptr);
+  long pid1 = 0;
+  long pid0 = 0;
+  ASSERT_EQ(fscanf(rank1, "%ld", &pid1), 1);
+  ASSERT_EQ(fscanf(rank0, "%ld", &pid0), 1);
+  struct KillOnExit {  // the stopped rank never exits by itself
+    long pid;
+    FILE* pipe;
+    ~KillOnExit() {
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      pclose(pipe);
+    }
+  } cleanup{pid1, rank1};
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (read_text(dir / "rank0.log").find(" 2/1000 | loss") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid1), SIGSTOP), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  const int status = pclose(rank0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  const std::string out = read_text(dir / "rank0.log");
+
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << out;
+  const std::string announced = "world group: 2 ranks over Gloo; a collective waits at most 2 s for the other ranks "
+                                "(trainer.collective_timeout_s)\n";
+  ASSERT_NE(out.find(announced), std::string::npos) << out;
+  EXPECT_LT(out.find(announced), out.find(" 1/1000 | loss")) << out;
+  const size_t error = out.find("enginery train: error: rank 0: ");
+  ASSERT_NE(error, std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0 waited longer than trainer.collective_timeout_s for the other ranks", error),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find('\n', error), out.size() - 1) << out;  // the error is one line, the last
+  EXPECT_EQ(out.find("frame #"), std::string::npos) << out;
+  EXPECT_LT(seconds, 20.0) << out;
+  if (!HasFailure()) enginery::compat::remove_all(dir);
+}
+
+}  // namespace collective_timeout_e2e
