@@ -5,6 +5,7 @@
 #include <iostream>
 #include <optional>
 
+#include "host_api/batch_check.h"
 #include "host_api/error.h"
 #include "host_api/micro_batch_plan.h"
 #include "host_api/mode_offload.h"
@@ -107,16 +108,29 @@ Micro micro_batching(const BaseEngine& e, const Batch& batch) {
   return m;
 }
 
+// This rank's verdict on its batch (host_api/batch_check.h), thrown only once the ranks agree (agree_on_tokens).
+std::optional<EngineryError> refusal_of(const BaseEngine& e, const Batch& batch, const BatchLimits& limits,
+                                        bool needs_targets) {
+  try {
+    check_batch(batch, e.device(), limits, needs_targets);
+  } catch (const EngineryError& error) {
+    return error;
+  }
+  return std::nullopt;
+}
+
 // The host loop's micro-batches for `batch` (host_api/micro_batch_plan.h); dynamic ones are agreed over the group.
-MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch) {
+// A refused batch gets none, but still takes part in the agreement.
+MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch, bool refused) {
   const Micro micro = micro_batching(e, batch);
-  if (!micro.dynamic) return plan_by_rows(batch.size(), micro.rows);
-  const std::vector<int64_t> tokens = valid_tokens_per_row(batch);
+  if (!micro.dynamic) return refused ? MicroBatchPlan{} : plan_by_rows(batch.size(), micro.rows);
+  const std::vector<int64_t> tokens = refused ? std::vector<int64_t>{} : valid_tokens_per_row(batch);
   const int64_t budget = micro.tokens;
   // Every rank runs as many micro-batches as the rank that needs the most, so their collectives pair up.
   const auto count = all_reduce_doubles(
       e, torch::tensor({static_cast<double>(min_micro_batches(tokens, budget))}, torch::kDouble),
       c10d::ReduceOp::MAX);
+  if (refused) return {};
   MicroBatchPlan plan = plan_by_tokens(tokens, budget, static_cast<int64_t>(count.item<double>()));
   static std::atomic<bool> warned{false};
   if (plan.oversize && !warned.exchange(true)) {
@@ -126,14 +140,33 @@ MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch) {
   return plan;
 }
 
-// The global target-token count; throws when the ranks disagree on the number of micro-batches.
-double agree_on_tokens(const BaseEngine& e, const Batch& batch, int64_t micro_batches) {
+// Every rank stops once the ranks know that `refusing` of them refused their batch (`rank_sum`: the sum of their
+// ranks): the refusing rank with its own error, the others naming it, so that none waits in a collective.
+void stop_if_refused(const BaseEngine& e, const std::optional<EngineryError>& mine, double refusing, double rank_sum) {
+  if (refusing == 0.0) return;
+  if (mine) throw *mine;
+  const std::string who = refusing == 1.0 ? "rank " + std::to_string(static_cast<int64_t>(rank_sum)) + " refused its"
+                                          : std::to_string(static_cast<int64_t>(refusing)) + " ranks refused their";
+  throw EngineryError(who + " batch before any work (its error names the field and the row)",
+                      "rank " + std::to_string(e.get_data_parallel_rank()) + ", forward_backward_batch");
+}
+
+// The global target-token count; throws when a rank refused its batch or the ranks disagree on the number of
+// micro-batches.
+double agree_on_tokens(const BaseEngine& e, const Batch& batch, int64_t micro_batches,
+                       const std::optional<EngineryError>& refusal) {
   // One all-reduce: the global token count, and (sum n, sum n^2) whose Cauchy-Schwarz equality W*sum(n^2) ==
   // (sum n)^2 holds exactly when every rank has the same number of micro-batches (so no rank waits forever in a
-  // gradient reduction the others never start).
+  // gradient reduction the others never start); then the refusing ranks' count and the sum of their ranks.
   const double n = static_cast<double>(micro_batches);
+  const double refused = refusal ? 1.0 : 0.0;
   const auto stats = all_reduce_doubles(
-      e, torch::tensor({count_target_tokens(batch), n, n * n}, torch::kDouble), c10d::ReduceOp::SUM);
+      e,
+      torch::tensor({refusal ? 0.0 : count_target_tokens(batch), n, n * n, refused,
+                     refused * static_cast<double>(e.get_data_parallel_rank())},
+                    torch::kDouble),
+      c10d::ReduceOp::SUM);
+  stop_if_refused(e, refusal, stats[3].item<double>(), stats[4].item<double>());
   const int64_t world = e.get_data_parallel_size();
   const double sum_n = stats[1].item<double>(), sum_n2 = stats[2].item<double>();
   if (static_cast<double>(world) * sum_n2 != sum_n * sum_n) {
@@ -231,14 +264,27 @@ BaseEngine::ModeGuard BaseEngine::train_mode() { return enter_mode(true); }
 BaseEngine::ModeGuard BaseEngine::eval_mode() { return enter_mode(false); }
 
 BatchOutput BaseEngine::forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only) {
+  return forward_backward_batch(batch, loss_fn, forward_only, BatchLimits{});
+}
+
+BatchOutput BaseEngine::forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only,
+                                               const BatchLimits& limits) {
   std::optional<torch::NoGradGuard> no_grad;
   if (forward_only) no_grad.emplace();
-  const MicroBatchPlan plan = plan_micro_batches(*this, batch);
+  const bool needs_targets = static_cast<bool>(loss_fn);
+  const std::optional<EngineryError> refusal = refusal_of(*this, batch, limits, needs_targets);
+  const MicroBatchPlan plan = plan_micro_batches(*this, batch, refusal.has_value());
   const int64_t real = static_cast<int64_t>(std::count_if(plan.rows.begin(), plan.rows.end(),
                                                           [](const auto& rows) { return !rows.empty(); }));
 
   LossContext ctx;
-  ctx.global_num_tokens = agree_on_tokens(*this, batch, static_cast<int64_t>(plan.rows.size()));
+  ctx.global_num_tokens = agree_on_tokens(*this, batch, static_cast<int64_t>(plan.rows.size()), refusal);
+  if (needs_targets && ctx.global_num_tokens == 0.0) {
+    // Every rank sees the same count: all stop here. A loss over no target would be 0 / 0.
+    throw EngineryError("has no target token" + std::string(get_data_parallel_size() > 1 ? " on any rank" : "") +
+                            ": every entry at a position >= 1 is 0, so the loss would be 0 / 0",
+                        "batch['loss_mask']", "at least one 1 at a position >= 1 in each call's batch");
+  }
   ctx.dp_size = get_data_parallel_size();
   ctx.num_micro_batches = static_cast<int64_t>(plan.rows.size());
   ctx.calculate_entropy = wants_entropy(batch);
@@ -268,17 +314,25 @@ BatchOutput BaseEngine::forward_backward_batch(const Batch& batch, const LossFn&
 }
 
 BatchOutput BaseEngine::train_batch(const Batch& batch, const LossFn& loss_fn) {
+  return train_batch(batch, loss_fn, BatchLimits{});
+}
+
+BatchOutput BaseEngine::train_batch(const Batch& batch, const LossFn& loss_fn, const BatchLimits& limits) {
   optimizer_zero_grad();
-  BatchOutput out = forward_backward_batch(batch, loss_fn, /*forward_only=*/false);
+  BatchOutput out = forward_backward_batch(batch, loss_fn, /*forward_only=*/false, limits);
   out.grad_norm = optimizer_step();
   out.lr = lr_scheduler_step();
   return out;
 }
 
 BatchOutput BaseEngine::infer_batch(const Batch& batch, const LossFn& loss_fn) {
+  return infer_batch(batch, loss_fn, BatchLimits{});
+}
+
+BatchOutput BaseEngine::infer_batch(const Batch& batch, const LossFn& loss_fn, const BatchLimits& limits) {
   auto guard = eval_mode();
   torch::NoGradGuard no_grad;
-  return forward_backward_batch(batch, loss_fn, /*forward_only=*/true);
+  return forward_backward_batch(batch, loss_fn, /*forward_only=*/true, limits);
 }
 
 }  // namespace enginery

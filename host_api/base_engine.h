@@ -10,6 +10,7 @@
 #include <string>
 
 #include "host_api/batch.h"
+#include "host_api/batch_check.h"
 #include "host_api/comm_group.h"
 #include "host_api/config.h"
 #include "host_api/grad_scaler.h"
@@ -100,15 +101,21 @@ class BaseEngine {
   ModeGuard eval_mode();
   bool is_training() const { return training_; }
 
-  // The host's micro-batch loop, the same for every engine (docs/ARCHITECTURE.md, "One step"): splits `batch` by
-  // engine.micro_batch_size_per_gpu, counts the target tokens of all ranks once (loss_mask[:, 1:], checked that
-  // every rank has as many micro-batches), runs forward_step on each, sums the losses, averages the metrics and
-  // concatenates the outputs in order. Collective.
+  // The host's micro-batch loop, the same for every engine (docs/ARCHITECTURE.md, "One step"): checks the batch
+  // (host_api/batch_check.h; every rank stops when one refuses its batch, and when a loss function is given but no
+  // rank has a target token), splits it by engine.micro_batch_size_per_gpu, counts the target tokens of all ranks
+  // once (loss_mask[:, 1:], checked that every rank has as many micro-batches), runs forward_step on each, sums the
+  // losses, averages the metrics and concatenates the outputs in order. Collective. `limits`: what the host knows
+  // of the model (the vocabulary the token ids are checked against); without, ids are checked >= 0 only.
   BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only);
+  BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only,
+                                     const BatchLimits& limits);
   // zero grad -> forward_backward_batch -> optimizer_step -> lr_scheduler_step.
   BatchOutput train_batch(const Batch& batch, const LossFn& loss_fn);
+  BatchOutput train_batch(const Batch& batch, const LossFn& loss_fn, const BatchLimits& limits);
   // forward_only under eval mode and no-grad; loss_fn may be empty.
   BatchOutput infer_batch(const Batch& batch, const LossFn& loss_fn = {});
+  BatchOutput infer_batch(const Batch& batch, const LossFn& loss_fn, const BatchLimits& limits);
 
   virtual void optimizer_zero_grad() = 0;
   // Returns the global grad norm before clipping (a 0-dim tensor on the engine's device). Non-finite: the step

@@ -9,9 +9,9 @@ namespace enginery {
 
 void Batch::set(const std::string& name, torch::Tensor tensor) {
   if (!tensors_.empty() && tensor.dim() > 0 && tensor.size(0) != size()) {
-    throw EngineryError("tensor '" + name + "' has " + std::to_string(tensor.size(0)) + " rows, the batch has " +
+    throw EngineryError("has " + std::to_string(tensor.size(0)) + " rows, the batch's other tensors " +
                             std::to_string(size()),
-                        "Batch::set");
+                        "batch['" + name + "']", "one row per sequence in every tensor");
   }
   tensors_[name] = std::move(tensor);
 }

@@ -136,7 +136,7 @@ PYBIND11_MODULE(_enginery, m) {
          const py::object& group, const py::object& store, int64_t local_rank) {
         const EngineRequest request{std::move(model_type), std::move(backend), std::move(device),
                                     std::move(overrides), local_rank};
-        return std::make_shared<PyEngine>(enginery::python::new_engine(request, group, store));
+        return enginery::python::new_engine(request, group, store);
       },
       py::arg("model_type"), py::arg("backend"), py::arg("device"), py::arg("overrides"), py::arg("group"),
       py::arg("store"), py::arg("local_rank"));

@@ -45,7 +45,8 @@ std::shared_ptr<BaseEngine> freed_without_gil(std::shared_ptr<BaseEngine> engine
   });
 }
 
-PyEngine::PyEngine(std::shared_ptr<BaseEngine> engine) : engine_(freed_without_gil(std::move(engine))) {}
+PyEngine::PyEngine(std::shared_ptr<BaseEngine> engine, BatchLimits limits)
+    : engine_(freed_without_gil(std::move(engine))), limits_(limits) {}
 
 void PyEngine::initialize() {
   py::gil_scoped_release release;
@@ -74,7 +75,7 @@ py::dict PyEngine::forward_backward_batch(const py::dict& batch, const py::objec
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = engine_->forward_backward_batch(input, loss, forward_only);
+    output = engine_->forward_backward_batch(input, loss, forward_only, limits_);
   }
   return dict_from_batch_output(output, false);
 }
@@ -85,7 +86,7 @@ py::dict PyEngine::train_batch(const py::dict& batch, const py::object& loss_fn)
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = engine_->train_batch(input, loss);
+    output = engine_->train_batch(input, loss, limits_);
   }
   return dict_from_batch_output(output, true);
 }
@@ -96,7 +97,7 @@ py::dict PyEngine::infer_batch(const py::dict& batch, const py::object& loss_fn)
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = engine_->infer_batch(input, loss);
+    output = engine_->infer_batch(input, loss, limits_);
   }
   return dict_from_batch_output(output, false);
 }

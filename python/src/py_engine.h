@@ -27,7 +27,8 @@ std::shared_ptr<BaseEngine> freed_without_gil(std::shared_ptr<BaseEngine> engine
 
 class PyEngine {
  public:
-  explicit PyEngine(std::shared_ptr<BaseEngine> engine);
+  // `limits`: what the engine's batches are checked against beyond their layout (host_api/batch_check.h).
+  PyEngine(std::shared_ptr<BaseEngine> engine, BatchLimits limits);
 
   void initialize();
   ModeContext mode(bool training) const { return ModeContext(engine_, training); }
@@ -53,6 +54,7 @@ class PyEngine {
 
  private:
   std::shared_ptr<BaseEngine> engine_;
+  BatchLimits limits_;
 };
 
 // A Python callable loss_fn(model_output, data[, ctx]) -> (loss, metrics) as the contract's LossFn; None: no loss.

@@ -11,6 +11,7 @@
 #include "kernels/runtime_switch.h"
 #include "registry/plugin_loader.h"
 #include "trainer/engine_factory.h"
+#include "trainer/preflight.h"
 #include "trainer/train_config.h"
 
 namespace enginery {
@@ -136,7 +137,18 @@ py::list plugins() {
   return out;
 }
 
-std::shared_ptr<BaseEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store) {
+// What batches are checked against beyond their layout: the vocabulary of the model's config (its config.json, or
+// the built-in's). A config this reader cannot read leaves token ids checked >= 0 only: the plugin, not this reader,
+// decides which models it builds, and reports a config it cannot build itself, in initialize().
+BatchLimits batch_limits(const TrainConfig& config) {
+  try {
+    return BatchLimits{model_token_limits(config).vocab_size};
+  } catch (const std::exception&) {
+    return BatchLimits{};
+  }
+}
+
+std::shared_ptr<PyEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store) {
   // A bad ENGINERY_CUDA_KERNELS is refused here, as `enginery train` does before launch, not inside a forward
   kernels::check_runtime_switch();
   const TrainConfig config = parse_config(request);
@@ -146,14 +158,16 @@ std::shared_ptr<BaseEngine> new_engine(const EngineRequest& request, const py::o
   args.local_rank = request.local_rank;
   set_engine_settings(args, config);
   set_group(args, group, store);
+  std::shared_ptr<BaseEngine> engine;
   try {
     py::gil_scoped_release release;
-    return registry().create(request.model_type, request.backend, request.device, args);
+    engine = registry().create(request.model_type, request.backend, request.device, args);
   } catch (const EngineryError& e) {
     // The registry names the config key; the user wants the entry of their dict that set it.
     if (config.origins.count(e.where())) throw EngineryError(e.what_failed(), config.where(e.where()), e.allowed());
     throw;
   }
+  return std::make_shared<PyEngine>(std::move(engine), batch_limits(config));
 }
 
 }  // namespace python

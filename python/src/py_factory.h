@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "python/src/py_convert.h"
+#include "python/src/py_engine.h"
 
 namespace enginery {
 namespace python {
@@ -29,8 +29,9 @@ struct EngineRequest {
 // Parses the overrides (only model.*, engine.*, optim.*, checkpoint.* and verl's optim.total_training_steps), and
 // builds the engine through the registry, which refuses keys it does not honour. Errors name the offending key.
 // `group` / `store`: the caller's torch.distributed default group (the c10d class the engines talk to) and its
-// store, or None for a single process.
-std::shared_ptr<BaseEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store);
+// store, or None for a single process. The engine checks its batches' token ids against the model's vocabulary
+// (host_api/batch_check.h), read from the model's config as `enginery train` reads it.
+std::shared_ptr<PyEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store);
 
 }  // namespace python
 }  // namespace enginery

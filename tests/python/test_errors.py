@@ -123,3 +123,95 @@ def test_offload_outside_modes_through_the_module_keeps_the_steps_and_refuses_a_
         assert got["grad_norm"] == want["grad_norm"]
     with pytest.raises(enginery.EngineryError, match="engine.fsdp.offload_outside_modes"):
         engine_with({"engine.fsdp.offload_outside_modes": "yes"})
+
+
+def _bad(change):
+    """common.parity_batch() with `change` applied: a dict of entries (None deletes one), or a function of it."""
+    batch = common.parity_batch()
+    if callable(change):
+        return change(batch)
+    for key, value in change.items():
+        if value is None:
+            del batch[key]
+        else:
+            batch[key] = value
+    return batch
+
+
+def _with(key, row, token, value):
+    def change(batch):
+        tensor = batch[key].clone()
+        tensor[row, token] = value
+        return {**batch, key: tensor}
+    return change
+
+
+_ROWS = torch.arange(16).expand(4, 16)
+
+
+@pytest.mark.parametrize("change, message", [
+    # the vocabulary of builtin:qwen2-tiny is 256: one id past it, and a negative one (the embedding's bare
+    # "IndexError: index out of range in self" before)
+    (_with("input_ids", 2, 5, 256),
+     "batch['input_ids'] row 2: token 5 is 256, outside the model's vocabulary of 256 tokens (allowed: token ids "
+     "0..255)"),
+    (_with("input_ids", 1, 0, -3), "batch['input_ids'] row 1: token 0 is -3"),
+    # float ids were refused only by the embedding's dtype check; unsigned 2**64 - 1 would read back as -1
+    ({"input_ids": common.parity_batch()["input_ids"].float() + 0.7},
+     "batch['input_ids']: has dtype torch.float32 (allowed: torch.int64, torch.int32)"),
+    ({"input_ids": torch.full((4, 16), 2**64 - 1, dtype=torch.uint64)}, "has dtype torch.uint64"),
+    # position_ids of another length: a tensor-size RuntimeError inside the model before
+    ({"position_ids": _ROWS[:, :10]},
+     "batch['position_ids']: has shape [4, 10], input_ids [4, 16] (allowed: one entry per token: input_ids' shape "
+     "[4, 16])"),
+    ({"position_ids": torch.arange(18).expand(4, 18)}, "batch['position_ids']: has shape [4, 18]"),
+    ({"position_ids": _ROWS.float()}, "batch['position_ids']: has dtype torch.float32"),
+    # masks are 0 or 1: a weight trained silently
+    (_with("loss_mask", 3, 7, 0.5), "batch['loss_mask'] row 3: token 7 is 0.5 (allowed: 0 or 1 per token)"),
+    (_with("attention_mask", 0, 2, 2), "batch['attention_mask'] row 0: token 2 is 2 (allowed: 0 or 1 per token)"),
+    # row 1 is padding from token 12: a target there has no log-prob, but was counted in the normaliser
+    (_with("loss_mask", 1, 13, 1.0), "batch['loss_mask'] row 1: token 13 is a target, but attention_mask marks it "
+                                     "as padding (allowed: targets only at real tokens (attention_mask 1))"),
+    # no target at all: loss NaN and "grad norm is not finite; skipping" before
+    ({"loss_mask": torch.zeros(4, 16)}, "batch['loss_mask']: has no target token"),
+    ({"loss_mask": None}, "batch['loss_mask']: is missing, and a loss function counts its targets"),
+    ({"attention_mask": None}, "batch['attention_mask']: is missing"),
+    ({"old_log_probs": torch.zeros(4, 15)}, "batch['old_log_probs']: has shape [4, 15], input_ids [4, 16]"),
+    (lambda b: {**b, "advantages": torch.zeros(4, 16).index_put_((torch.tensor(1), torch.tensor(4)),
+                                                                 torch.tensor(float("nan")))},
+     "batch['advantages'] row 1: token 4 is nan (allowed: finite numbers)"),
+    # empty and unreadable batches
+    (lambda b: {k: v[:0] for k, v in b.items()}, "batch['input_ids']: has no rows: shape [0, 16]"),
+    (lambda b: {}, "batch: holds no tensor"),
+    (lambda b: {k: v.to("meta") for k, v in b.items()}, "batch['input_ids']: is on the meta device (allowed: cpu)"),
+    ({"scale": torch.tensor(2.0)}, "batch['scale']: is a 0-dim tensor"),
+])
+def test_a_bad_batch_is_refused_by_field_row_and_allowed_values_before_any_work(change, message):
+    """Each refusal names the field, the row and the allowed values, and comes before any work: the next step is a
+    fresh engine's first, bit for bit (no forward ran, no gradient or optimizer state changed)."""
+    batch = common.parity_batch()
+    fresh = engine_with({})
+    fresh.initialize()
+    expected = fresh.train_batch(batch, common.sft_loss)
+    engine = engine_with({})
+    engine.initialize()
+    with pytest.raises(enginery.EngineryError) as error:
+        engine.train_batch(_bad(change), common.sft_loss)
+    assert message in str(error.value)
+    got = engine.train_batch(batch, common.sft_loss)
+    assert float(got["loss"]) == float(expected["loss"])
+    assert got["grad_norm"] == expected["grad_norm"]
+
+
+def test_what_the_checks_accept():
+    """The dtypes torch's own embedding and masks take stay accepted, and a forward-only call needs no target."""
+    engine = engine_with({})
+    engine.initialize()
+    batch = common.parity_batch()
+    want = float(engine.forward_backward_batch(batch, common.sft_loss, forward_only=True)["loss"])
+    for change in ({"input_ids": batch["input_ids"].int()}, {"attention_mask": batch["attention_mask"].bool()},
+                   {"loss_mask": batch["loss_mask"].bool()}, {"position_ids": _ROWS.int()}):
+        got = engine.forward_backward_batch({**batch, **change}, common.sft_loss, forward_only=True)
+        assert float(got["loss"]) == want, change
+    out = engine.infer_batch({**batch, "loss_mask": torch.zeros(4, 16)})  # no loss function: nothing to count
+    assert out["model_output"]["log_probs"].shape == (4, 16)

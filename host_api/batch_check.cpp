@@ -1,0 +1,162 @@
+#include "host_api/batch_check.h"
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "host_api/error.h"
+
+namespace enginery {
+namespace {
+
+const char* kMaskValues = "0 or 1 per token";
+const char* kTokenIdDtypes = "torch.int64, torch.int32";
+// batch.h's loss inputs: per token, like input_ids.
+const char* const kLossInputs[] = {"old_log_probs", "ref_log_probs", "advantages", "returns", "values"};
+
+std::string field(const std::string& name) { return "batch['" + name + "']"; }
+
+std::string shape_of(const torch::Tensor& t) {
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d > 0 ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
+std::string dtype_of(const torch::Tensor& t) { return "torch." + c10::getDtypeNames(t.scalar_type()).first; }
+
+// The entry [row, t] as Python would print it.
+std::string entry_text(const torch::Tensor& values, int64_t row, int64_t t) {
+  const c10::Scalar v = values[row][t].item();
+  if (v.isBoolean()) return v.toBool() ? "True" : "False";
+  if (v.isIntegral(/*includeBool=*/false)) return std::to_string(v.toLong());
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v.toDouble());
+  return text;
+}
+
+void check_placement(const std::string& name, const torch::Tensor& t, const torch::Device& device) {
+  if (t.dim() == 0) {
+    throw EngineryError("is a 0-dim tensor", field(name),
+                        "a tensor with one row per sequence, or a Python number (metadata)");
+  }
+  if (t.device().type() != torch::kCPU && t.device().type() != device.type()) {
+    throw EngineryError("is on the " + t.device().str() + " device", field(name),
+                        device.is_cpu() ? "cpu" : "cpu, " + torch::Device(device.type()).str());
+  }
+}
+
+// A per-token field: input_ids' [rows, tokens].
+void check_per_token_shape(const Batch& batch, const std::string& name, const torch::Tensor& ids) {
+  if (!batch.has(name)) return;
+  const torch::Tensor& t = batch.at(name);
+  if (t.sizes() != ids.sizes()) {
+    throw EngineryError("has shape " + shape_of(t) + ", input_ids " + shape_of(ids), field(name),
+                        "one entry per token: input_ids' shape " + shape_of(ids));
+  }
+}
+
+// Entries to refuse, found on the tensor's own device; read back only as one verdict per row (see check_batch).
+struct ValueCheck {
+  std::string name;
+  torch::Tensor bad;  // [rows, tokens] bool
+  std::function<std::string(int64_t t, const std::string& value)> what;
+  std::string allowed;
+  torch::Tensor values;  // printed at the refused entry
+};
+
+ValueCheck mask_values(const std::string& name, const torch::Tensor& mask) {
+  return {name, mask.ne(0).logical_and(mask.ne(1)),
+          [](int64_t t, const std::string& v) { return "token " + std::to_string(t) + " is " + v; }, kMaskValues,
+          mask};
+}
+
+// A target on padding has no log-prob (the model emits 0 there) yet the normaliser counts it: a mask that does not
+// line up with the padding. Position 0 is never counted, so it is not checked.
+ValueCheck targets_on_real_tokens(const torch::Tensor& loss_mask, const torch::Tensor& attention) {
+  torch::Tensor bad = loss_mask.ne(0).logical_and(attention.eq(0));
+  bad.narrow(1, 0, 1).fill_(false);
+  return {"loss_mask", bad,
+          [](int64_t t, const std::string&) {
+            return "token " + std::to_string(t) + " is a target, but attention_mask marks it as padding";
+          },
+          "targets only at real tokens (attention_mask 1)", loss_mask};
+}
+
+ValueCheck token_ids(const torch::Tensor& ids, int64_t vocab_size) {
+  torch::Tensor bad = ids.lt(0);
+  if (vocab_size > 0) bad = bad.logical_or(ids.ge(vocab_size));
+  const std::string outside =
+      vocab_size > 0 ? ", outside the model's vocabulary of " + std::to_string(vocab_size) + " tokens" : "";
+  return {"input_ids", bad,
+          [outside](int64_t t, const std::string& v) { return "token " + std::to_string(t) + " is " + v + outside; },
+          vocab_size > 0 ? "token ids 0.." + std::to_string(vocab_size - 1) : "token ids >= 0", ids};
+}
+
+ValueCheck finite_values(const std::string& name, const torch::Tensor& values) {
+  return {name, values.isfinite().logical_not(),
+          [](int64_t t, const std::string& v) { return "token " + std::to_string(t) + " is " + v; },
+          "finite numbers", values};
+}
+
+}  // namespace
+
+void check_batch(const Batch& batch, const torch::Device& device, const BatchLimits& limits, bool needs_targets) {
+  const char* layout = "input_ids [rows >= 1, tokens >= 1] and attention_mask of its shape (host_api/batch.h)";
+  if (batch.tensors().empty()) throw EngineryError("holds no tensor", "batch", layout);
+  if (!batch.has("input_ids")) throw EngineryError("is missing", field("input_ids"), layout);
+  const torch::Tensor& ids = batch.at("input_ids");
+  check_placement("input_ids", ids, device);
+  for (const auto& [name, t] : batch.tensors()) check_placement(name, t, device);
+  if (ids.dim() != 2 || ids.size(0) == 0 || ids.size(1) == 0) {
+    const std::string empty = ids.dim() == 2 ? (ids.size(0) == 0 ? "no rows: " : "no tokens: ") : "";
+    throw EngineryError("has " + empty + "shape " + shape_of(ids), field("input_ids"), "[rows >= 1, tokens >= 1]");
+  }
+  if (ids.scalar_type() != torch::kLong && ids.scalar_type() != torch::kInt) {
+    throw EngineryError("has dtype " + dtype_of(ids), field("input_ids"), kTokenIdDtypes);
+  }
+  if (!batch.has("attention_mask")) throw EngineryError("is missing", field("attention_mask"), layout);
+  if (needs_targets && !batch.has("loss_mask")) {
+    throw EngineryError("is missing, and a loss function counts its targets", field("loss_mask"),
+                        "loss_mask of input_ids' shape, 1 at each target token");
+  }
+  for (const char* name : {"attention_mask", "position_ids", "loss_mask"}) check_per_token_shape(batch, name, ids);
+  for (const char* name : kLossInputs) check_per_token_shape(batch, name, ids);
+  if (batch.has("position_ids")) {
+    const torch::Tensor& positions = batch.at("position_ids");
+    if (positions.scalar_type() != torch::kLong && positions.scalar_type() != torch::kInt) {
+      throw EngineryError("has dtype " + dtype_of(positions), field("position_ids"), kTokenIdDtypes);
+    }
+  }
+
+  const torch::Tensor& attention = batch.at("attention_mask");
+  std::vector<ValueCheck> checks;
+  checks.push_back(token_ids(ids, limits.vocab_size));
+  checks.push_back(mask_values("attention_mask", attention));
+  if (batch.has("loss_mask")) {
+    const torch::Tensor& loss_mask = batch.at("loss_mask");
+    checks.push_back(mask_values("loss_mask", loss_mask));
+    checks.push_back(targets_on_real_tokens(loss_mask, attention.to(loss_mask.device())));
+  }
+  for (const char* name : kLossInputs) {
+    if (batch.has(name) && batch.at(name).is_floating_point()) checks.push_back(finite_values(name, batch.at(name)));
+  }
+
+  // One read from the device: which rows each check refuses.
+  std::vector<torch::Tensor> rows;
+  rows.reserve(checks.size());
+  for (const ValueCheck& c : checks) rows.push_back(c.bad.any(1).to(ids.device()));
+  const torch::Tensor verdicts = torch::stack(rows).to(torch::kCPU);
+  const auto refused = verdicts.accessor<bool, 2>();
+  for (size_t k = 0; k < checks.size(); ++k) {
+    for (int64_t row = 0; row < verdicts.size(1); ++row) {
+      if (!refused[static_cast<int64_t>(k)][row]) continue;
+      const ValueCheck& c = checks[k];
+      const int64_t t = c.bad[row].nonzero()[0].item<int64_t>();
+      throw EngineryError(c.what(t, entry_text(c.values, row, t)), field(c.name) + " row " + std::to_string(row),
+                          c.allowed);
+    }
+  }
+}
+
+}  // namespace enginery
