@@ -185,6 +185,82 @@ def test_unsupported_batch_entries_are_named(change, named):
         engine.infer_batch(data)
 
 
+def _rows_changed(key, row, change):
+    """A change of verl's batch: row `row` of the jagged entry `key` replaced by change(that row)."""
+    def apply(data):
+        rows = list(verl_common.rows_of(data[key]))
+        rows[row] = change(rows[row])
+        return {**data, key: rows}
+    return apply
+
+
+def _response_mask_at(row, column, value):
+    def apply(data):
+        mask = data["loss_mask"].clone()
+        mask[row, column] = value
+        return {**data, "loss_mask": mask}
+    return apply
+
+
+def _sft_layout_with_short_row(data):
+    """verl's SFT layout: loss_mask jagged like input_ids; its row 1 one entry short."""
+    masks = [torch.ones(t.shape[0]) for t in verl_common.rows_of(data["input_ids"])]
+    masks[1] = masks[1][1:]
+    return {**data, "loss_mask": masks}
+
+
+def _nested_positions_of_other_lengths(data):
+    positions = [torch.arange(t.shape[0] + (1 if i == 3 else 0)) for i, t in enumerate(data["input_ids"])]
+    return {**data, "position_ids": torch.nested.as_nested_tensor(positions, layout=torch.jagged)}
+
+
+# The rows of verl_common.sequences(): 9, 8, 9 and 9 tokens, responses of 6, 3, 7 and 5 (loss_mask [4, 7]).
+@pytest.mark.parametrize("change, message", [
+    # position_ids of another length than input_ids' row: trained with the missing positions 0 (shorter) or a
+    # tensor-size RuntimeError (longer) before; verl's engine refuses both
+    (_rows_changed("position_ids", 2, lambda p: p[:7]),
+     "batch['position_ids'] row 2 has 7 entries, input_ids 9 (allowed: one entry per token of input_ids)"),
+    (_rows_changed("position_ids", 0, lambda p: torch.arange(11)), "batch['position_ids'] row 0 has 11 entries"),
+    pytest.param(_nested_positions_of_other_lengths, "batch['position_ids'] row 3 has 10 entries, input_ids 9",
+                 marks=pytest.mark.skipif(not layout.has_jagged(), reason="no jagged nested tensors")),
+    (_rows_changed("position_ids", 1, lambda p: p.float()), "batch['position_ids'] row 1 has dtype torch.float32"),
+    # float ids were cast (12.7 -> 12) and trained; an unsigned 2**64 - 1 was cast to -1 (a bare IndexError)
+    (_rows_changed("input_ids", 1, lambda t: t.float() + 0.7),
+     "batch['input_ids'] row 1 has dtype torch.float32 (allowed: torch.int64, torch.int32)"),
+    (_rows_changed("input_ids", 0, lambda t: torch.full_like(t, 2**64 - 1, dtype=torch.uint64)),
+     "batch['input_ids'] row 0 has dtype torch.uint64"),
+    # an id past the vocabulary (256): a bare "IndexError: index out of range in self" before
+    (_rows_changed("input_ids", 3, lambda t: t.index_fill(0, torch.tensor([4]), 256)),
+     "batch['input_ids'] row 3: token 4 is 256, outside the model's vocabulary of 256 tokens (allowed: token ids "
+     "0..255)"),
+    # the engine's loss_mask places response token j of row 2 (2 prompt tokens) at token 2 + j
+    (_response_mask_at(2, 3, 0.5), "batch['loss_mask'] row 2: token 5 is 0.5 (allowed: 0 or 1 per token)"),
+    (lambda d: {**d, "loss_mask": torch.zeros(4, 7)}, "batch['loss_mask']: has no target token"),
+    (_sft_layout_with_short_row, "batch['loss_mask'] row 1 has 7 entries, input_ids 8"),
+    # verl's per-response-token loss inputs are as wide as the response mask, or jagged like the responses
+    (lambda d: {**d, "old_log_probs": torch.zeros(4, 6)},
+     "batch['old_log_probs'] has shape [4, 6], loss_mask [4, 7] (allowed: one entry per response token, as "
+     "loss_mask)"),
+    (lambda d: {**d, "advantages": [torch.zeros(n) for n in (5, 3, 7, 5)]},
+     "batch['advantages'] row 0 has 5 entries, the responses 6"),
+    # an empty batch and tensors without values: vague errors before
+    (lambda d: {**d, "input_ids": [], "position_ids": [], "responses": []}, "batch['input_ids'] has no rows"),
+    (lambda d: {**d, "input_ids": [t.to("meta") for t in d["input_ids"]]}, "batch['input_ids'] is on the meta device"),
+])
+def test_a_bad_verl_batch_is_refused_by_field_and_row_before_any_work(change, message):
+    """verl's batch is checked at least as strictly as verl's engine checks it, each refusal naming the field and
+    the row, before any work: the next step equals a fresh engine's first."""
+    prompts, responses = verl_common.sequences()
+    expected = adapter().train_batch(verl_common.verl_batch(prompts, responses), verl_common.sft_loss)
+    engine = adapter()
+    with pytest.raises(enginery.EngineryError) as error:
+        engine.train_batch(change(verl_common.verl_batch(prompts, responses)), verl_common.sft_loss)
+    assert message in str(error.value)
+    got = engine.train_batch(verl_common.verl_batch(prompts, responses), verl_common.sft_loss)
+    assert got["loss"] == expected["loss"]
+    assert got["metrics"]["grad_norm"] == expected["metrics"]["grad_norm"]
+
+
 @pytest.mark.parametrize("engine_config, named", [
     ({"no_such_key": 1}, "engine.no_such_key"),
     ({"strategy": "fsdp"}, "engine_config.strategy"),   # verl's own fsdp: not a name this adapter registers

@@ -8,6 +8,11 @@ the same jagged layout, log_probs[t] being the log-probability of token t + 1 (t
 The C++ engines take a right-padded [batch, seq] batch with attention_mask, and emit log_probs[b, t] for token t
 itself (batch.h). This module converts between the two and needs no extension; a list of 1-D tensors (or a
 strided nested tensor) is accepted wherever a jagged one is.
+
+Checked here is what only verl's layout can get wrong, before any conversion: rows that are not integer ids (the
+cast would truncate or wrap them), jagged entries whose rows are not as long as input_ids', response entries not
+as wide as the response mask, tensors on the meta device, a batch without rows. The converted batch's values (ids
+within the vocabulary, 0/1 masks, a target token per call) are the host loop's to check (host_api/batch_check.h).
 """
 import torch
 
@@ -60,6 +65,65 @@ def rows_of(value, key):
                       "a nested tensor, a list of tensors, a padded tensor")
 
 
+# Integer dtypes a token or position id may have: the rows are cast to int64, which would truncate a float id
+# (12.7 -> 12) and wrap an unsigned one (2**64 - 1 -> -1).
+ID_DTYPES = (torch.int64, torch.int32)
+
+# verl's per-response-token entries, each read by its losses beside loss_mask (verl/workers/utils/losses.py):
+# padded like the response mask [rows, response width], or jagged with one entry per response token.
+RESPONSE_FIELDS = ("response_mask", "old_log_probs", "ref_log_prob", "advantages", "returns", "values",
+                   "rollout_log_probs", "rollout_is_weights")
+
+
+def check_ids(rows, key):
+    """Refuses rows of `key` that are not integer ids, before they are cast."""
+    bad = next((i for i, r in enumerate(rows) if r.dtype not in ID_DTYPES), None)
+    if bad is not None:
+        raise LayoutError(f"batch['{key}'] row {bad} has dtype {rows[bad].dtype}", "torch.int64, torch.int32")
+
+
+def check_row_lengths(rows, lengths, key, aligned_with):
+    """Refuses a jagged entry whose row lengths differ from `lengths` (those of `aligned_with`), naming the first."""
+    if len(rows) != len(lengths):
+        raise LayoutError(f"batch['{key}'] has {len(rows)} rows, {aligned_with} {len(lengths)}",
+                          f"one row per row of {aligned_with}")
+    got = [int(r.shape[0]) if r.dim() > 0 else 0 for r in rows]
+    bad = next((i for i, (g, n) in enumerate(zip(got, lengths)) if g != n), None)
+    if bad is not None:
+        raise LayoutError(f"batch['{key}'] row {bad} has {got[bad]} entries, {aligned_with} {lengths[bad]}",
+                          f"one entry per token of {aligned_with}")
+
+
+def check_devices(data):
+    """Refuses tensors on the meta device (no values: nothing can be computed from them), naming the entry."""
+    for key in list(data.keys()):
+        value = get(data, key)
+        tensors = value if is_sequence_list(value) else [value] if isinstance(value, torch.Tensor) else []
+        if any(t.device.type == "meta" for t in tensors):
+            raise LayoutError(f"batch['{key}'] is on the meta device", "tensors holding values (cpu, cuda)")
+
+
+def check_response_fields(data, lengths, loss_mask, mask_rows):
+    """verl's per-token loss inputs as long as the tokens they describe: padded, the shape of a padded loss_mask;
+    jagged, one entry per response token (padded loss_mask) or per token of input_ids (jagged loss_mask)."""
+    responses = None
+    for key in RESPONSE_FIELDS:
+        value = get(data, key)
+        if value is None or key == "loss_mask":
+            continue
+        rows = rows_of(value, key)
+        if rows is None:
+            if mask_rows is None and value.shape != loss_mask.shape:
+                raise LayoutError(f"batch['{key}'] has shape {list(value.shape)}, loss_mask {list(loss_mask.shape)}",
+                                  "one entry per response token, as loss_mask")
+        elif mask_rows is not None:
+            check_row_lengths(rows, lengths, key, "input_ids")
+        else:
+            if responses is None:
+                responses = response_lengths(data, len(lengths), loss_mask.shape[1])
+            check_row_lengths(rows, responses, key, "the responses")
+
+
 def pad_rows(rows, length, fill=0):
     """Right-pads 1-D rows to [len(rows), length]."""
     out = rows[0].new_full((len(rows), length), fill)
@@ -87,9 +151,7 @@ def engine_loss_mask(data, loss_mask, lengths, width):
     """loss_mask in the engine's layout: 1 at each token that is a training target (batch.h)."""
     rows = rows_of(loss_mask, "loss_mask")
     if rows is not None:  # aligned with input_ids (verl's SFT layout): token t is a target where the mask says
-        if [int(r.shape[0]) for r in rows] != lengths:
-            raise LayoutError("batch['loss_mask'] is jagged but its row lengths differ from input_ids'",
-                              "the same lengths, or a mask padded to the response length")
+        check_row_lengths(rows, lengths, "loss_mask", "input_ids")
         out = pad_rows([r.to(torch.float32) for r in rows], width, 0.0)
     else:  # the response mask [batch, response_width]: response token j of row b sits at n_b - r_b + j
         responses = response_lengths(data, len(lengths), loss_mask.shape[1])
@@ -115,12 +177,18 @@ def to_engine_batch(data, pad_token_id=0):
     loss_mask = get(data, "loss_mask")
     if loss_mask is None:
         raise LayoutError("the batch has no 'loss_mask'", "verl's response mask or a mask aligned with input_ids")
+    check_devices(data)
     rows = rows_of(input_ids, "input_ids")
     if rows is None:
         return padded_batch(data, input_ids, loss_mask), Layout(None, input_ids)
-    lengths = [int(r.shape[0]) for r in rows]
-    if min(lengths, default=0) < 1:
-        raise LayoutError("batch['input_ids'] has an empty sequence", "at least one token per row")
+    if not rows:
+        raise LayoutError("batch['input_ids'] has no rows", "at least one sequence")
+    check_ids(rows, "input_ids")
+    lengths = [int(r.shape[0]) if r.dim() == 1 else 0 for r in rows]
+    empty = next((i for i, n in enumerate(lengths) if n < 1), None)
+    if empty is not None:
+        shape = list(rows[empty].shape)
+        raise LayoutError(f"batch['input_ids'] row {empty} has shape {shape}", "one or more token ids per row, 1-D")
     width = max(lengths)
     batch = {"input_ids": pad_rows([r.to(torch.long) for r in rows], width, pad_token_id)}
     batch["attention_mask"] = (torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).to(torch.long)
@@ -130,7 +198,11 @@ def to_engine_batch(data, pad_token_id=0):
         if position_rows is None or any(p.dim() != 1 for p in position_rows):
             raise LayoutError("batch['position_ids'] is not jagged like input_ids",
                               "one id per token, jagged (3-D multimodal position ids are not supported)")
+        check_ids(position_rows, "position_ids")
+        check_row_lengths(position_rows, lengths, "position_ids", "input_ids")
         batch["position_ids"] = pad_rows([p.to(torch.long) for p in position_rows], width, 0)
+    mask_rows = rows_of(loss_mask, "loss_mask")
+    check_response_fields(data, lengths, loss_mask, mask_rows)
     batch["loss_mask"] = engine_loss_mask(data, loss_mask, lengths, width)
     batch = {k: v.to(rows[0].device) for k, v in batch.items()}
     batch[ROW_KEY] = torch.arange(len(rows), device=rows[0].device)
