@@ -9,14 +9,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:?usage: verl_bench.sh OUT [bench_verl_engines.py arguments...]}")
 shift
-mkdir -p "$out"
-deadline=${DEADLINE:-570}
-start=$SECONDS
-summary="$out/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-left() { echo $((deadline - (SECONDS - start))); }
-
 source scripts/gpu/verl_setup.sh
 [ "$(left)" -gt 60 ] || { note "deadline: no time left for the benchmark"; exit 1; }
 timeout -k 10 "$(left)" "$ENGINERY_VENV/bin/python" bench/verl/bench_verl_engines.py --device cuda \

@@ -1,8 +1,17 @@
 # Sourced by verl_tests.sh and verl_bench.sh THERE (the GPU machine): builds and installs enginery as a user does
 # (scripts/gpu/install.sh: pip wheel + pip install into the venv /tmp/enginery-venv, which sees the machine's torch),
 # then verl 0.9.1 and what it imports into that same venv from the carried wheels (.vwh, see verl_tests.sh --fetch).
-# Expects out (the output folder), start (= $SECONDS at the start) and note() (a line to the summary); leaves
-# ENGINERY_VENV and ENGINERY_GPU_BUILD exported and the environment of setup.sh (NVLink multicast off) set.
+# Expects out (the output folder) and DEADLINE (seconds from now, default 570); defines note() (a line to
+# out/summary.txt) and left() (seconds to the deadline); leaves ENGINERY_VENV and ENGINERY_GPU_BUILD exported and the
+# environment of setup.sh (NVLink multicast off) set.
+mkdir -p "$out"
+deadline=${DEADLINE:-570}
+start=$SECONDS
+summary="$out/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+left() { echo $((deadline - (SECONDS - start))); }
+
 for f in .vwh/install_there.sh .vwh/import_stubs.py; do
   [ -f "$f" ] || { note "missing $f: run scripts/gpu/verl_tests.sh --fetch here and carry .vwh"; exit 2; }
 done

@@ -32,14 +32,6 @@ fi
 
 out=$(realpath -m "${1:?usage: verl_tests.sh OUT [ctest arguments...] | verl_tests.sh --fetch}")
 shift
-mkdir -p "$out"
-deadline=${DEADLINE:-570}
-start=$SECONDS
-summary="$out/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-left() { echo $((deadline - (SECONDS - start))); }
-
 source scripts/gpu/verl_setup.sh
 
 # The interpreter of the ctest entries must be the venv's (the one that has verl).
