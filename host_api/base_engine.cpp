@@ -109,14 +109,29 @@ Micro micro_batching(const BaseEngine& e, const Batch& batch) {
 }
 
 // This rank's verdict on its batch (host_api/batch_check.h), thrown only once the ranks agree (agree_on_tokens).
+// Whatever the check throws becomes the verdict: a rank that left here early would leave the others waiting in the
+// agreement's all-reduce until collective_timeout_s.
 std::optional<EngineryError> refusal_of(const BaseEngine& e, const Batch& batch, const BatchLimits& limits,
                                         bool needs_targets) {
   try {
     check_batch(batch, e.device(), limits, needs_targets);
   } catch (const EngineryError& error) {
     return error;
+  } catch (const std::exception& error) {
+    return EngineryError(std::string("could not be checked: ") + error.what(), "batch",
+                         "padded tensors as host_api/batch.h describes them");
   }
   return std::nullopt;
+}
+
+// [Note: engines get int64 token ids] check_batch accepts int32 input_ids and position_ids, as torch's embedding
+// does; the models index with them (gather, rotary tables), which takes int64, so the loop hands engines int64.
+Batch with_int64_ids(const Batch& batch) {
+  Batch out = batch;
+  for (const char* name : {"input_ids", "position_ids"}) {
+    if (out.has(name) && out.at(name).scalar_type() != torch::kLong) out.set(name, out.at(name).to(torch::kLong));
+  }
+  return out;
 }
 
 // The host loop's micro-batches for `batch` (host_api/micro_batch_plan.h); dynamic ones are agreed over the group.
@@ -267,12 +282,13 @@ BatchOutput BaseEngine::forward_backward_batch(const Batch& batch, const LossFn&
   return forward_backward_batch(batch, loss_fn, forward_only, BatchLimits{});
 }
 
-BatchOutput BaseEngine::forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only,
+BatchOutput BaseEngine::forward_backward_batch(const Batch& given, const LossFn& loss_fn, bool forward_only,
                                                const BatchLimits& limits) {
   std::optional<torch::NoGradGuard> no_grad;
   if (forward_only) no_grad.emplace();
   const bool needs_targets = static_cast<bool>(loss_fn);
-  const std::optional<EngineryError> refusal = refusal_of(*this, batch, limits, needs_targets);
+  const std::optional<EngineryError> refusal = refusal_of(*this, given, limits, needs_targets);
+  const Batch batch = refusal ? given : with_int64_ids(given);
   const MicroBatchPlan plan = plan_micro_batches(*this, batch, refusal.has_value());
   const int64_t real = static_cast<int64_t>(std::count_if(plan.rows.begin(), plan.rows.end(),
                                                           [](const auto& rows) { return !rows.empty(); }));

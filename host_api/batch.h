@@ -11,7 +11,8 @@
 namespace enginery {
 
 // Conventional tensor names (all [batch, seq] unless noted):
-//   input_ids (int64), attention_mask (1 = real token), position_ids (int64, optional: derived from the mask),
+//   input_ids (int64; int32 accepted, engines get int64), attention_mask (1 = real token), position_ids (int64 or
+//   int32, optional: derived from the mask),
 //   loss_mask (1 where the token at that position is a training target; position 0 can never be one),
 //   old_log_probs, advantages (PPO), returns, values (value loss).
 // Everything the model emits is aligned the same way: log_probs[b, t] = log p(input_ids[b, t] | input_ids[b, <t]),

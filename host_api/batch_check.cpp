@@ -36,6 +36,7 @@ std::string entry_text(const torch::Tensor& values, int64_t row, int64_t t) {
 }
 
 void check_placement(const std::string& name, const torch::Tensor& t, const torch::Device& device) {
+  if (t.is_nested()) throw nested_tensor_refused(name);
   if (t.dim() == 0) {
     throw EngineryError("is a 0-dim tensor", field(name),
                         "a tensor with one row per sequence, or a Python number (metadata)");
@@ -96,10 +97,16 @@ ValueCheck token_ids(const torch::Tensor& ids, int64_t vocab_size) {
 ValueCheck finite_values(const std::string& name, const torch::Tensor& values) {
   return {name, values.isfinite().logical_not(),
           [](int64_t t, const std::string& v) { return "token " + std::to_string(t) + " is " + v; },
-          "finite numbers", values};
+          "finite numbers at every token, masked ones included: a loss multiplies them by the mask, and "
+          "NaN * 0 is NaN", values};
 }
 
 }  // namespace
+
+EngineryError nested_tensor_refused(const std::string& name) {
+  return EngineryError("is a nested (jagged) tensor", field(name),
+                       "a padded [rows, tokens] tensor (verl's jagged batches go through enginery.verl)");
+}
 
 void check_batch(const Batch& batch, const torch::Device& device, const BatchLimits& limits, bool needs_targets) {
   const char* layout = "input_ids [rows >= 1, tokens >= 1] and attention_mask of its shape (host_api/batch.h)";

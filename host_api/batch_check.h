@@ -6,8 +6,10 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
 
 #include "host_api/batch.h"
+#include "host_api/error.h"
 
 namespace enginery {
 
@@ -26,5 +28,9 @@ struct BatchLimits {
 //   input that is not finite.
 // The per-row verdicts are read from the device once; only a refused batch reads more, to name the token.
 void check_batch(const Batch& batch, const torch::Device& device, const BatchLimits& limits, bool needs_targets);
+
+// The refusal of a nested (jagged) tensor as batch entry `name`; a Python host raises it while converting, before
+// the tensor's sizes are read (torch's jagged tensors have none to give).
+EngineryError nested_tensor_refused(const std::string& name);
 
 }  // namespace enginery

@@ -1,5 +1,6 @@
 #include "python/src/py_convert.h"
 
+#include "host_api/batch_check.h"
 #include "host_api/error.h"
 
 namespace enginery {
@@ -38,6 +39,7 @@ Batch batch_from_dict(const py::dict& batch) {
     }
     const std::string key = key_handle.cast<std::string>();
     if (THPVariable_Check(value.ptr())) {
+      if (py::getattr(value, "is_nested").cast<bool>()) throw nested_tensor_refused(key);
       out.set(key, THPVariable_Unpack(value.ptr()));
     } else {
       out.set_meta(key, meta_from(key, value));

@@ -179,7 +179,7 @@ _ROWS = torch.arange(16).expand(4, 16)
     ({"old_log_probs": torch.zeros(4, 15)}, "batch['old_log_probs']: has shape [4, 15], input_ids [4, 16]"),
     (lambda b: {**b, "advantages": torch.zeros(4, 16).index_put_((torch.tensor(1), torch.tensor(4)),
                                                                  torch.tensor(float("nan")))},
-     "batch['advantages'] row 1: token 4 is nan (allowed: finite numbers)"),
+     "batch['advantages'] row 1: token 4 is nan (allowed: finite numbers at every token, masked ones included"),
     # empty and unreadable batches
     (lambda b: {k: v[:0] for k, v in b.items()}, "batch['input_ids']: has no rows: shape [0, 16]"),
     (lambda b: {}, "batch: holds no tensor"),
@@ -215,3 +215,28 @@ def test_what_the_checks_accept():
         assert float(got["loss"]) == want, change
     out = engine.infer_batch({**batch, "loss_mask": torch.zeros(4, 16)})  # no loss function: nothing to count
     assert out["model_output"]["log_probs"].shape == (4, 16)
+
+
+def test_int32_ids_train_as_int64_ids_do():
+    """int32 input_ids and position_ids are accepted, and engines get them as int64 (host_api/base_engine.cpp,
+    [Note: engines get int64 token ids]): the same step, bit for bit."""
+    batch = common.parity_batch()
+    steps = []
+    for change in ({}, {"input_ids": batch["input_ids"].int(), "position_ids": _ROWS.int()}):
+        engine = engine_with({})
+        engine.initialize()
+        steps.append(engine.train_batch({**batch, **change}, common.sft_loss))
+    assert float(steps[1]["loss"]) == float(steps[0]["loss"])
+    assert steps[1]["grad_norm"] == steps[0]["grad_norm"]
+
+
+def test_a_nested_tensor_is_refused_by_name():
+    """verl's jagged tensors handed to the Python engine itself are named (they go through enginery.verl), not a
+    c10 error from inside the check that would leave the other ranks waiting."""
+    engine = engine_with({})
+    engine.initialize()
+    batch = common.parity_batch()
+    rows = [batch["input_ids"][i, :16 - i] for i in range(4)]
+    nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    with pytest.raises(enginery.EngineryError, match=r"batch\['input_ids'\].*nested"):
+        engine.train_batch({**batch, "input_ids": nested}, common.sft_loss)
