@@ -5,7 +5,7 @@ BUILD ?= build
 VENV ?= .venv
 BUILD_TYPE ?= Quick
 JOBS ?= $(shell nproc)
-# CI has nvcc but no GPU: the CUDA kernels compile for Hopper (the GPU machine's H200) only, which is what catches a
+# CI has nvcc but no GPU: the CUDA kernels compile for Hopper (the GPU machine's H100 or H200) only, which is what catches a
 # CUDA build break; a GPU machine's own build detects its GPUs (cmake/EngineryTorch.cmake).
 export TORCH_CUDA_ARCH_LIST ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | grep . || echo 9.0)
 PYTHON = $(VENV)/bin/python
