@@ -19,6 +19,7 @@
 #include "host_api/error.h"
 #include "launch/world_group.h"
 #include "tests/support/multirank.h"
+#include "tests/support/shell_command.h"
 #include "support/torch_compat.h"  // compat::remove_all
 #include "trainer/collectives.h"
 
@@ -91,17 +92,15 @@ std::string read_text(const fs::path& file) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// One rank of a 2-rank `enginery train` started as torchrun starts it, its output in `log`; the pipe gives its pid.
-FILE* start_rank(int rank, int port, const fs::path& dir, const fs::path& log) {
-  const std::string cmd = "echo $$; RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" +
-                          std::to_string(rank) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
-                          " OMP_NUM_THREADS=1 exec " + ENGINERY_EXE + " train --config " + ENGINERY_SOURCE_DIR +
-                          "/examples/demo.toml --set trainer.device=cpu --set trainer.total_training_steps=1000" +
-                          " --set trainer.test_freq=0 --set trainer.save_freq=0 --set trainer.log_freq=1" +
-                          " --set trainer.collective_timeout_s=2 --set trainer.default_local_dir=" +
-                          (dir / "run").string() + " --plugin-dir " + ENGINERY_PLUGIN_DIR + " > " + log.string() +
-                          " 2>&1";
-  return popen(cmd.c_str(), "r");
+// One rank of a 2-rank `enginery train` started as torchrun starts it, its output in `log`.
+std::string rank_command(int rank, int port, const fs::path& dir, const fs::path& log) {
+  return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+         " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " OMP_NUM_THREADS=1 exec " + ENGINERY_EXE +
+         " train --config " + ENGINERY_SOURCE_DIR +
+         "/examples/demo.toml --set trainer.device=cpu --set trainer.total_training_steps=1000" +
+         " --set trainer.test_freq=0 --set trainer.save_freq=0 --set trainer.log_freq=1" +
+         " --set trainer.collective_timeout_s=2 --set trainer.default_local_dir=" + (dir / "run").string() +
+         " --plugin-dir " + ENGINERY_PLUGIN_DIR + " > " + log.string() + " 2>&1";
 }
 
 // Rank 1 stopped (SIGSTOP) once training runs: rank 0 said at the start how long a collective waits for the others,
@@ -111,31 +110,19 @@ TEST(CollectiveTimeout, AStoppedPeerEndsTheRunWithinTheWaitAnnouncedAtTheStart) 
   enginery::compat::remove_all(dir);
   fs::create_directories(dir);
   const int port = 12000 + static_cast<int>(getpid() % 4000) * 2;  // below the rendezvous tests' ports
-  FILE* rank1 = start_rank(1, port, dir, dir / "rank1.log");
-  FILE* rank0 = start_rank(0, port, dir, dir / "rank0.log");
-  ASSERT_NE(rank1, nullptr);
-  ASSERT_NE(rank0, nullptr);
-  long pid1 = 0;
-  long pid0 = 0;
-  ASSERT_EQ(fscanf(rank1, "%ld", &pid1), 1);
-  ASSERT_EQ(fscanf(rank0, "%ld", &pid0), 1);
-  struct KillOnExit {  // the stopped rank never exits by itself
-    long pid;
-    FILE* pipe;
-    ~KillOnExit() {
-      ::kill(static_cast<pid_t>(pid), SIGKILL);
-      pclose(pipe);
-    }
-  } cleanup{pid1, rank1};
+  enginery::test_support::BackgroundCommand rank1(rank_command(1, port, dir, dir / "rank1.log"));
+  enginery::test_support::BackgroundCommand rank0(rank_command(0, port, dir, dir / "rank0.log"));
+  ASSERT_GT(rank1.pid(), 1);
+  ASSERT_GT(rank0.pid(), 1);
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (read_text(dir / "rank0.log").find(" 2/1000 | loss") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_EQ(::kill(static_cast<pid_t>(pid1), SIGSTOP), 0);
+  ASSERT_EQ(::kill(static_cast<pid_t>(rank1.pid()), SIGSTOP), 0);
   const auto stopped = std::chrono::steady_clock::now();
-  const int status = pclose(rank0);
+  const int status = rank0.wait();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   const std::string out = read_text(dir / "rank0.log");
 

@@ -150,26 +150,14 @@ TEST_F(RendezvousTimeout, AnUnresolvableMasterAddrIsNamedInOneLine) {
 // Rank 0 stopped (SIGSTOP) once its store listens: c10d's client alone would wait for its answer forever.
 TEST_F(RendezvousTimeout, AStoppedRankZeroFailsTheOtherRankWithinTheTimeout) {
   const int port = test_port(2);
-  const std::string cmd = "echo $$; " + rank_command(0, port, 120);
-  FILE* rank0 = popen(cmd.c_str(), "r");
-  ASSERT_NE(rank0, nullptr);
-  long pid0 = 0;
-  ASSERT_EQ(fscanf(rank0, "%ld", &pid0), 1);
-  ASSERT_GT(pid0, 1);
-  struct KillOnExit {  // the stopped rank never exits by itself
-    long pid;
-    FILE* pipe;
-    ~KillOnExit() {
-      ::kill(static_cast<pid_t>(pid), SIGKILL);
-      pclose(pipe);
-    }
-  } cleanup{pid0, rank0};
+  enginery::test_support::BackgroundCommand rank0(rank_command(0, port, 120));
+  ASSERT_GT(rank0.pid(), 1);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!serving(port) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(serving(port)) << "rank 0 never served its store";
-  ASSERT_EQ(::kill(static_cast<pid_t>(pid0), SIGSTOP), 0);
+  ASSERT_EQ(::kill(static_cast<pid_t>(rank0.pid()), SIGSTOP), 0);
 
   const CommandResult r = run_rank(1, port, 3);
   EXPECT_EQ(r.status, 1) << r.output;
