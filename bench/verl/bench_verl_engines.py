@@ -71,9 +71,13 @@ def run_child(argv, engine, dtype, work, tag, verl_options):
         return json.load(f), None
 
 
+# What an option's failure names in its traceback: only a failure that names an option is retried without it.
+OPTION_TRACES = {"use_liger": ("liger_kernel",), "use_torch_compile": ("torch/_dynamo", "torch/_inductor")}
+
+
 def run_verl(argv, dtype, work, tag, options):
-    """verl's engine with `options`; an option that does not run here is dropped (and its error kept for the
-    table), the way a user would fall back."""
+    """verl's engine with `options`; an option whose code fails here is dropped (and its error kept for the
+    table), the way a user would fall back. Any other failure ends the benchmark at once."""
     errors = {}
     while True:
         result, error = run_child(argv, "verl", dtype, work, tag, options)
@@ -81,12 +85,13 @@ def run_verl(argv, dtype, work, tag, options):
             result["verl_option_errors"] = errors
             return result
         log(error)
-        on = [k for k in VERL_OPTIONS if options.get(k)]
-        if not on:
-            raise SystemExit(f"verl {dtype} {tag}: verl's engine failed without any of its options; output above")
-        errors[on[0]] = error.strip().splitlines()[-1][:300]
-        log(f"  verl's engine failed with {on[0]}=True: retrying without it")
-        options = {**options, on[0]: False}
+        failing = [k for k in VERL_OPTIONS if options.get(k) and any(t in error for t in OPTION_TRACES[k])]
+        if not failing:
+            raise SystemExit(f"verl {dtype} {tag}: verl's engine failed, and not in the code of an option it was "
+                             f"given ({', '.join(k for k in VERL_OPTIONS if options.get(k)) or 'none'}); output above")
+        errors[failing[0]] = error.strip().splitlines()[-1][:300]
+        log(f"  verl's engine failed in {failing[0]}: retrying without it")
+        options = {**options, failing[0]: False}
 
 
 def busy_cores(seconds=1.0):
@@ -175,7 +180,6 @@ def table(results, args, params, versions, work):
     gpu = first.get("gpu", f"CPU, {os.cpu_count()} cores, {first['threads']} torch threads")
     verl_first = next((r for r in results if r["engine"] == "verl"), None)
     shape = verl_inputs.model_shape(args)
-    steps = engine_phases.PHASES
     add(f"**{gpu}**. Qwen2 {params / 1e9:.2f}B parameters ({args.model}: hidden {shape['hidden_size']}, "
         f"{shape['num_hidden_layers']} layers, vocab {shape['vocab_size']}, "
         f"{'tied' if shape.get('tie_word_embeddings') else 'untied'}), random init (seed {args.seed}), fp32 master "
@@ -210,7 +214,7 @@ def table(results, args, params, versions, work):
         for e in args.engines:
             add(f"| initialize() | {LABELS[e]} | {init[e][0]:.1f} | | {gib(init[e][1]):.2f} | | | | |")
         summaries = {}
-        for phase in (p for p in steps if p in args.phases):
+        for phase in (p for p in engine_phases.PHASES if p in args.phases):
             s = summaries[phase] = {e: phase_summary(rs, phase) for e, rs in runs.items()}
             for e in args.engines:
                 x = s[e]
