@@ -69,7 +69,7 @@ def rows_of(value, key):
 # (12.7 -> 12) and wrap an unsigned one (2**64 - 1 -> -1).
 ID_DTYPES = (torch.int64, torch.int32)
 
-# verl's per-response-token entries, each read by its losses beside loss_mask (verl/workers/utils/losses.py):
+# verl's per-response-token entries, each read by its losses beside loss_mask (verl.workers.utils.losses):
 # padded like the response mask [rows, response width], or jagged with one entry per response token.
 RESPONSE_FIELDS = ("response_mask", "old_log_probs", "ref_log_prob", "advantages", "returns", "values",
                    "rollout_log_probs", "rollout_is_weights")
