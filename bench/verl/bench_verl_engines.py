@@ -326,9 +326,14 @@ def parse_args():
     ap.add_argument("--work", help="directory for the model, the data and the results (default: a temporary one)")
     ap.add_argument("--out", help="also write the table (markdown) here")
     ap.add_argument("--json", help="also write every process's raw result (one JSON object per line) here")
+    ap.add_argument("--profile", help="after each phase's timed calls, one more call under torch.profiler; its "
+                                      "summary (GPU busy/idle, kernel time by class and op) and gzipped trace go "
+                                      "to this directory (engine_phases.profile_phase)")
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=4, metavar=("ENGINE", "DTYPE", "WORK", "TAG"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.profile:
+        args.profile = os.path.abspath(args.profile)
     cuda = args.device == "cuda"
     defaults = dict(model="1.5B" if cuda else "custom", rows=64 if cuda else 8, max_tokens=16384 if cuda else 0,
                     prompt_len=(64, 512) if cuda else (16, 64), response_len=(16, 3072) if cuda else (32, 160),

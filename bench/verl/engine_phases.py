@@ -129,8 +129,22 @@ def consume_export(engine, device, checksum):
     return names, numel, {k: v.tolist() for k, v in sums.items()}
 
 
+def call_phase(phase, engine, batch, loss_fns, device, checksum=False):
+    """One call of `phase` as verl's worker makes it; returns what the call returned."""
+    if phase in ("infer", "entropy"):
+        with engine.eval_mode():
+            return engine.infer_batch(batch)
+    if phase in ("ppo", "sft"):
+        with engine.train_mode():
+            out = engine.train_batch(batch, loss_fns[phase])
+        engine.lr_scheduler_step()
+        return out
+    return consume_export(engine, device, checksum)
+
+
 def run_phase(phase, engine, steps, loss_fns, args, memory, sync, work, tag):
-    """Warm-up calls, then timed ones; each call one batch (cycling through the steps' data)."""
+    """Warm-up calls, then timed ones; each call one batch (cycling through the steps' data). With args.profile,
+    one more call after them, under the profiler (profile_phase)."""
     import torch
     calls = args.warmup + args.steps
     record = {"warmup": args.warmup, "seconds": [], "tokens": [], "loss": [], "grad_norm": []}
@@ -142,15 +156,7 @@ def run_phase(phase, engine, steps, loss_fns, args, memory, sync, work, tag):
         batch = None if phase == "export" else build_batch(phase, step, args)
         sync()
         t0 = time.perf_counter()
-        if phase in ("infer", "entropy"):
-            with engine.eval_mode():
-                out = engine.infer_batch(batch)
-        elif phase in ("ppo", "sft"):
-            with engine.train_mode():
-                out = engine.train_batch(batch, loss_fns[phase])
-            engine.lr_scheduler_step()
-        else:
-            names, numel, sums = consume_export(engine, args.device, checksum=(i == 0))
+        out = call_phase(phase, engine, batch, loss_fns, args.device, checksum=(i == 0))
         sync()
         record["seconds"].append(time.perf_counter() - t0)
         record["tokens"].append(tokens)
@@ -168,12 +174,50 @@ def run_phase(phase, engine, steps, loss_fns, args, memory, sync, work, tag):
             torch.save(saved, os.path.join(work, f"{phase}-{tag}.pt"))
             extra = f", mean log-prob {saved['log_probs'].mean():.6f}"
         elif phase == "export" and i == 0:
+            names, numel, sums = out
             record.update(names=names, numel=numel, checksum=sums)
             extra = f", {len(names)} tensors, {numel / 1e9:.3f}B values"
         log(f"  [{tag}] {phase} {i + 1}/{calls} ({what}): {record['seconds'][-1]:.3f} s{extra}")
     record["peak_bytes"] = memory.peak_bytes()
     record["reserved_peak_bytes"] = memory.reserved_peak_bytes()
+    if args.profile:
+        record["profile"] = profile_phase(phase, engine, steps[calls % len(steps)], loss_fns, args, sync, tag,
+                                          record)
     return record
+
+
+def profile_phase(phase, engine, step, loss_fns, args, sync, tag, record):
+    """One more call of `phase`, untimed, under torch.profiler (CPU ops + CUDA kernels: enginery's kernels are
+    launched by the LibTorch this process loaded, so kineto sees them too). The chrome trace is summarised by
+    bench/gpu/profile_summary.py (GPU busy and idle time, kernel time by class, by launching op, top kernels) into
+    args.profile/profile-TAG-PHASE.txt, headed by the phase's memory: what was allocated when it began (the
+    engine's resident state) and its peak (state + the phase's transient tensors)."""
+    import subprocess
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    os.makedirs(args.profile, exist_ok=True)
+    batch = None if phase == "export" else build_batch(phase, step, args)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device != "cpu" else [])
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        call_phase(phase, engine, batch, loss_fns, args.device)
+        sync()
+    wall = time.perf_counter() - t0
+    trace = os.path.join(args.profile, f"trace-{tag}-{phase}.json")
+    prof.export_chrome_trace(trace)
+    summary = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu", "profile_summary.py"), trace,
+                              "--top", "20"], capture_output=True, text=True)
+    path = os.path.join(args.profile, f"profile-{tag}-{phase}.txt")
+    with open(path, "w") as f:
+        f.write(f"{tag} {phase}: one profiled call, {wall:.3f} s wall (profiler on); memory allocated at the phase's "
+                f"start {record['memory_at_start'] / 2**30:.2f} GiB, peak {record['peak_bytes'] / 2**30:.2f} GiB "
+                f"(transient {(record['peak_bytes'] - record['memory_at_start']) / 2**30:.2f} GiB)\n")
+        f.write(summary.stdout + summary.stderr)
+    subprocess.run(["gzip", "-f", trace])
+    log(f"  [{tag}] {phase} profiled: {wall:.3f} s; {path}")
+    return {"wall_s": wall, "summary": path}
 
 
 def main(args):
