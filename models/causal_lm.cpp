@@ -97,6 +97,9 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
   auto positions = in.position_ids.defined()
                        ? in.position_ids.to(device)
                        : (mask.to(torch::kLong).cumsum(-1) - 1).clamp_min(0);
+  if (in.sequence_parallel != nullptr && valid.any().item<bool>()) {
+    return ulysses_forward(ids, valid, positions, head, hooks, *in.sequence_parallel);
+  }
   // Without padding there is nothing to take out: the dense path is the packed one. A micro-batch of padding only
   // (nothing to pack) runs dense too, so its units still run their collectives.
   if (in.remove_padding && !all_valid && valid.any().item<bool>()) {

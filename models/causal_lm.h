@@ -51,6 +51,7 @@ class CausalLM : public DecoderModel {
   void set_gradient_checkpointing(bool on) { recompute_ = on ? Recompute::kLayer : Recompute::kNothing; }
   void set_recompute(Recompute policy) { recompute_ = policy; }
   void set_fp8_recipe(Fp8Recipe recipe) override;
+  void check_sequence_parallel(int64_t size, int64_t world, const std::string& key) const override;
   bool gradient_checkpointing() const { return recompute_ != Recompute::kNothing; }
   Recompute recompute() const { return recompute_; }
 
@@ -71,6 +72,10 @@ class CausalLM : public DecoderModel {
   // model.use_remove_padding: the micro-batch's valid tokens as one row (models/packed_sequences.h).
   ModelOutput packed_forward(const torch::Tensor& ids, const torch::Tensor& valid, const torch::Tensor& positions,
                              const HeadOptions& head, UnitHooks* hooks);
+  // Ulysses sequence parallelism: this rank's slice of the packed tokens through the model, the heads' outputs
+  // gathered over the group (causal_lm_ulysses.cpp; [Note: Ulysses token and head split]).
+  ModelOutput ulysses_forward(const torch::Tensor& ids, const torch::Tensor& valid, const torch::Tensor& positions,
+                              const HeadOptions& head, UnitHooks* hooks, const SequenceParallelGroup& group);
   // Embeddings, decoder layers and the final norm over ids [B, T] (or one packed row [1, N]), each unit between its
   // hooks; the head unit's pre_forward is called, its post_forward is the head's.
   torch::Tensor body_forward(const torch::Tensor& ids, const torch::Tensor& positions, AttentionContext ctx,

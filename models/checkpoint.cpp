@@ -45,6 +45,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       ctx->saved_data["offsets"] = torch::tensor(attn->packed.offsets, torch::kLong);
       ctx->saved_data["max_len"] = attn->packed.max_len;
     }
+    ctx->saved_data["sequence_parallel"] = reinterpret_cast<int64_t>(attn->sequence_parallel);  // engine-owned
     ctx->saved_data["autocast"] = compat::autocast_enabled(device);
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(compat::autocast_dtype(device));
     return run_region(*layer, static_cast<Region>(region), x, *attn);
@@ -64,6 +65,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       attn.packed.offsets.assign(offsets.data_ptr<int64_t>(), offsets.data_ptr<int64_t>() + offsets.numel());
       attn.packed.max_len = ctx->saved_data["max_len"].toInt();
     }
+    attn.sequence_parallel =
+        reinterpret_cast<const SequenceParallelGroup*>(ctx->saved_data["sequence_parallel"].toInt());
     const bool autocast_on = ctx->saved_data["autocast"].toBool();
     const auto autocast_dtype = static_cast<c10::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
     auto x = ctx->get_saved_variables()[0];

@@ -15,12 +15,17 @@
 namespace enginery {
 namespace models {
 
+class SequenceParallelGroup;  // models/sequence_parallel.h
+
 struct ModelInputs {
   torch::Tensor input_ids;       // [B, T] int64
   torch::Tensor attention_mask;  // [B, T], 1 = real token (left or right padding)
   torch::Tensor position_ids;    // [B, T] int64; undefined -> derived from attention_mask (cumsum - 1)
   // model.use_remove_padding: compute on the valid tokens only, packed into one row; outputs keep the [B, T] layout.
   bool remove_padding = false;
+  // Ulysses sequence parallelism (models/sequence_parallel.h): this rank computes its slice of the packed tokens.
+  // Null or of size 1: off. Only a model whose check_sequence_parallel accepts the size may be handed one.
+  const SequenceParallelGroup* sequence_parallel = nullptr;
 };
 
 struct HeadOptions {
@@ -64,6 +69,9 @@ class DecoderModel : public torch::nn::Module {
   // The decoder layers' projections as FP8 GEMMs with `recipe`'s scaling (models/fp8_linear.h), or bf16 (kOff). A
   // model without them throws for anything but kOff.
   virtual void set_fp8_recipe(Fp8Recipe recipe);
+  // Throws EngineryError naming `key` and the allowed sizes unless this model runs Ulysses sequence parallelism of
+  // `size` ranks (models/sequence_parallel.h) in a world of `world`. A model without it accepts size 1 only.
+  virtual void check_sequence_parallel(int64_t size, int64_t world, const std::string& key) const;
 };
 
 }  // namespace models

@@ -130,8 +130,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
   if (ctx.packed.defined()) {
     // [1, heads, N, D] -> the varlen layout [N, heads, D]; kv heads stay unexpanded (the kernels read them).
     const auto dtype = v.scalar_type();
-    auto out = packed_causal_attention(q[0].transpose(0, 1).to(dtype), k[0].transpose(0, 1).to(dtype),
-                                       v[0].transpose(0, 1), ctx.packed, scale);
+    auto q_rows = q[0].transpose(0, 1).to(dtype), k_rows = k[0].transpose(0, 1).to(dtype);
+    auto out = ctx.sequence_parallel != nullptr
+                   ? ulysses_causal_attention(*ctx.sequence_parallel, q_rows, k_rows, v[0].transpose(0, 1),
+                                              ctx.packed, scale)
+                   : packed_causal_attention(q_rows, k_rows, v[0].transpose(0, 1), ctx.packed, scale);
     return project_out(out.reshape({b, t, heads_ * head_dim_}), use);
   }
   // Under autocast q/k/v may differ in dtype (rope promotes); the fused kernels want one.

@@ -9,6 +9,7 @@
 #include "models/fp8_linear.h"
 #include "models/model_args.h"
 #include "models/packed_sequences.h"
+#include "models/sequence_parallel.h"
 
 namespace enginery {
 namespace models {
@@ -63,6 +64,9 @@ struct AttentionContext {
   RopeTables rope;  // in the dtype of the embeddings (what enters the layers)
   torch::Tensor mask;  // bool [B, 1, T, T] (true = may attend) or undefined: plain causal attention
   PackedSequences packed;  // defined: the hidden states are one packed row [1, N, hidden] (model.use_remove_padding)
+  // With `packed`: the row is this rank's slice of the packed tokens, attention exchanges heads over the group
+  // (models/sequence_parallel.h); `packed` then covers the whole padded row.
+  const SequenceParallelGroup* sequence_parallel = nullptr;
   Recompute recompute = Recompute::kNothing;
   // Set while backward recomputes a checkpointed region: only the region's graph is differentiated, its output
   // value is never read, so the region's last GEMM (the MLP's down projection) is skipped (its backward still runs).

@@ -100,6 +100,23 @@ void Collectives::scatter_into(torch::Tensor& out, const torch::Tensor& in, int6
   group_->scatter(outputs, inputs, opts)->wait();
 }
 
+void Collectives::all_to_all_into(torch::Tensor& out, const torch::Tensor& in) const {
+  if (out.numel() != in.numel() || in.numel() % size_ != 0 || !out.is_contiguous()) {
+    throw EngineryError("out (" + std::to_string(out.numel()) + " elements) and in (" + std::to_string(in.numel()) +
+                            ") must be contiguous and of one size divisible by " + std::to_string(size_),
+                        "Collectives::all_to_all_into");
+  }
+  if (size_ == 1) {
+    out.view(-1).copy_(in.view(-1));
+    return;
+  }
+  // Equal splits (empty split lists) on both backends; an all-to-all only moves bytes, so bf16 travels as fp16.
+  auto src = as_gatherable(in.contiguous().view(-1));
+  auto dst = as_gatherable(out.view(-1));
+  std::vector<int64_t> equal_splits;
+  group_->alltoall_base(dst, src, equal_splits, equal_splits)->wait();
+}
+
 void Collectives::all_reduce(torch::Tensor& t, ReduceOp op) const {
   if (size_ == 1) return;
   c10d::AllreduceOptions opts;

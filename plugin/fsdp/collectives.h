@@ -29,6 +29,9 @@ class ENGINERY_FSDP_API Collectives {
   // out: [n] contiguous; in: [size * n], read on `root` only (may be undefined elsewhere). Rank r receives root's
   // in[r*n, (r+1)*n).
   void scatter_into(torch::Tensor& out, const torch::Tensor& in, int64_t root) const;
+  // out, in: [size * n] contiguous. Chunk j of this rank's `in` lands in chunk (this rank) of rank j's `out`
+  // (Ulysses' exchanges, models/sequence_parallel.h).
+  void all_to_all_into(torch::Tensor& out, const torch::Tensor& in) const;
   void all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::kSum) const;
   void broadcast(torch::Tensor& t, int64_t root) const;
   void barrier() const;

@@ -31,7 +31,8 @@ FSDPEngine::FSDPEngine(EngineArgs args, ModelBuilder model_builder)
       host_optimizer_step_(host_step_wanted(args_.engine)),
       offload_outside_modes_(offloads_outside_modes(args_.engine)),
       fp8_(fp8_wanted(args_, device_)),
-      recompute_(recompute_wanted(args_)) {}
+      recompute_(recompute_wanted(args_)),
+      ulysses_size_(ulysses_size_wanted(args_)) {}
 
 ConfigSupport FSDPEngine::config_support(const std::string& device) {
   ConfigSupport s;
@@ -56,7 +57,7 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   s.optimizer_offload = true;
   // [engine.<backend>] offload_step = "device" | "host"; offload_outside_modes = true | false (mode_offload.h);
   // fp8 = "off" | "tensorwise" (fsdp_engine_fp8.cpp).
-  s.backend_options = {"offload_step", kOffloadOutsideModes, "fp8", kCheckpointingPolicy};
+  s.backend_options = {"offload_step", kOffloadOutsideModes, "fp8", kCheckpointingPolicy, kUlyssesSize};
   // engine.forward_only (verl's reference policy): no optimizer or LR schedule is built (fsdp_engine.cpp).
   s.forward_only = true;
   s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
@@ -73,6 +74,9 @@ void FSDPEngine::initialize() {
   if (!model_) throw EngineryError("build_model() returned no model", where(args_, "model.path"));
   if (fp8_ != models::Fp8Recipe::kOff) model_->set_fp8_recipe(fp8_);
   apply_recompute_policy();
+  model_->check_sequence_parallel(ulysses_size_, args_.world_size,
+                                  "engine." + args_.engine.strategy + "." + kUlyssesSize);
+  if (ulysses_size_ > 1) ulysses_ = UlyssesGroups::create(args_, ulysses_size_);
   shard_model();
   check_precision_supported();
   // A forward-only engine (verl's reference policy) holds no optimizer state and no schedule, as verl's builds none.

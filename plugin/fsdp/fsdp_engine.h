@@ -28,6 +28,7 @@
 #include "plugin/fsdp/fsdp_module.h"
 #include "plugin/fsdp/lr_scheduler.h"
 #include "plugin/fsdp/sharded_grad_scaler.h"
+#include "plugin/fsdp/ulysses.h"
 
 namespace enginery {
 namespace fsdp {
@@ -95,9 +96,13 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine,
   // Whether any part is away from device() (always false on a CPU engine).
   bool offloaded() const { return model_away_ || optimizer_away_ || grad_away_; }
 
-  int64_t get_data_parallel_rank() const override { return args_.rank; }
-  int64_t get_data_parallel_size() const override { return args_.world_size; }
-  CommGroupPtr get_data_parallel_group() const override { return args_.world_group; }
+  // The world, or with Ulysses sequence parallelism one rank of each sequence group (ulysses.h), as verl's engine.
+  int64_t get_data_parallel_rank() const override { return args_.rank / ulysses_size_; }
+  int64_t get_data_parallel_size() const override { return args_.world_size / ulysses_size_; }
+  CommGroupPtr get_data_parallel_group() const override {
+    return ulysses_size_ == 1 ? args_.world_group : ulysses_.data ? ulysses_.data->group() : CommGroupPtr();
+  }
+  int64_t ulysses_sequence_parallel_size() const { return ulysses_size_; }
   torch::Device device() const override { return device_; }
   const EngineArgs& args() const override { return args_; }
 
@@ -159,6 +164,8 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine,
   bool offload_outside_modes_ = false;  // [engine.<backend>] offload_outside_modes (host_api/mode_offload.h)
   models::Fp8Recipe fp8_ = models::Fp8Recipe::kOff;  // [engine.<backend>] fp8
   models::Recompute recompute_ = models::Recompute::kNothing;
+  int64_t ulysses_size_ = 1;  // [engine.<backend>] ulysses_sequence_parallel_size (ulysses.h)
+  UlyssesGroups ulysses_;     // built by initialize() when ulysses_size_ > 1
   // Parts moved to the CPU by move_state while the engine computes on a GPU.
   bool model_away_ = false;
   bool optimizer_away_ = false;

@@ -16,6 +16,7 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
   inputs.attention_mask = micro_batch.at("attention_mask").to(device_);
   if (micro_batch.has("position_ids")) inputs.position_ids = micro_batch.at("position_ids").to(device_);
   inputs.remove_padding = args_.model.use_remove_padding;
+  inputs.sequence_parallel = ulysses_.sequence.get();  // null without Ulysses (ulysses.h)
   models::HeadOptions head;
   head.compute_entropy = ctx.calculate_entropy;
   head.temperature = batch_temperature(micro_batch);

@@ -7,14 +7,12 @@
 
 namespace enginery {
 namespace fsdp {
-namespace {
 
 c10::intrusive_ptr<compat::CommGroup> make_subgroup(const EngineArgs& args, const std::string& prefix, int rank,
-                                                    int size) {
+                                                    int size, const std::string& key) {
   if (size == 1) return {};
   if (!args.store) {
-    throw EngineryError("HSDP needs EngineArgs.store to build its subgroups", "engine.fsdp_size, rank " +
-                                                                                   std::to_string(args.rank));
+    throw EngineryError("subgroups need EngineArgs.store", key + ", rank " + std::to_string(args.rank));
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, args.store);
   // The subgroups wait as long as the host's world group does (trainer.collective_timeout_s), never the backend's
@@ -30,8 +28,6 @@ c10::intrusive_ptr<compat::CommGroup> make_subgroup(const EngineArgs& args, cons
   return args.device == "cuda" ? compat::make_nccl_group(store, rank, size, timeout)
                                : compat::make_gloo_group(store, rank, size, timeout);
 }
-
-}  // namespace
 
 DpGroups DpGroups::create(const EngineArgs& args, int64_t fsdp_size) {
   const int64_t world = args.world_size, rank = args.rank;
@@ -54,10 +50,12 @@ DpGroups DpGroups::create(const EngineArgs& args, int64_t fsdp_size) {
   const int64_t shard_index = rank / fsdp_size, replica_index = rank % fsdp_size;
   const int64_t num_replicas = world / fsdp_size;
   g.shard = std::make_shared<Collectives>(
-      make_subgroup(args, base + "shard/" + std::to_string(shard_index), rank % fsdp_size, fsdp_size),
+      make_subgroup(args, base + "shard/" + std::to_string(shard_index), rank % fsdp_size, fsdp_size,
+                    "engine.fsdp_size"),
       rank % fsdp_size, fsdp_size);
   g.replicate = std::make_shared<Collectives>(
-      make_subgroup(args, base + "replicate/" + std::to_string(replica_index), rank / fsdp_size, num_replicas),
+      make_subgroup(args, base + "replicate/" + std::to_string(replica_index), rank / fsdp_size, num_replicas,
+                    "engine.fsdp_size"),
       rank / fsdp_size, num_replicas);
   return g;
 }

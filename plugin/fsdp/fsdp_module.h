@@ -26,6 +26,12 @@ struct FsdpOptions {
   bool reshard_after_forward = true;
 };
 
+// A process group of `size` ranks over a PrefixStore of EngineArgs.store at `prefix` (null when size is 1), waiting
+// as long as the world group does. Only its members call it; `key` names the setting that asked for it in errors.
+ENGINERY_FSDP_API c10::intrusive_ptr<compat::CommGroup> make_subgroup(const EngineArgs& args,
+                                                                      const std::string& prefix, int rank, int size,
+                                                                      const std::string& key);
+
 // The data-parallel process groups: world (all DP ranks), shard (within an HSDP group), replicate (across them).
 struct ENGINERY_FSDP_API DpGroups {
   // fsdp_size <= 0 or == world size: plain FSDP (shard over everything, no replicas).

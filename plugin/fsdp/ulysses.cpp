@@ -1,0 +1,76 @@
+#include "plugin/fsdp/ulysses.h"
+
+#include <atomic>
+#include <charconv>
+#include <string>
+
+#include "host_api/error.h"
+#include "plugin/fsdp/fsdp_module.h"
+
+namespace enginery {
+namespace fsdp {
+namespace {
+
+std::string key_of(const EngineArgs& args) { return "engine." + args.engine.strategy + "." + kUlyssesSize; }
+
+std::string divisors(int64_t n) {
+  std::string out;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t ulysses_size_wanted(const EngineArgs& args) {
+  const auto it = args.engine.backend_options.find(kUlyssesSize);
+  if (it == args.engine.backend_options.end()) return 1;
+  const std::string& text = it->second;
+  const int64_t world = std::max<int64_t>(args.world_size, 1);
+  int64_t size = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), size);
+  if (ec != std::errc() || end != text.data() + text.size() || size < 1 || world % size != 0) {
+    throw EngineryError("'" + text + "' is not a positive integer dividing the world size " + std::to_string(world),
+                        key_of(args), divisors(world));
+  }
+  if (size > 1 && !args.model.use_remove_padding) {
+    throw EngineryError(key_of(args) + " = " + text + " splits the packed tokens of a micro-batch, which needs " +
+                            "model.use_remove_padding = true (as verl requires)",
+                        "model.use_remove_padding", "true with " + key_of(args) + " > 1");
+  }
+  return size;
+}
+
+torch::Tensor UlyssesGroup::all_to_all(const torch::Tensor& in) const {
+  auto out = torch::empty_like(in, at::MemoryFormat::Contiguous);
+  group_->all_to_all_into(out, in);
+  return out;
+}
+
+torch::Tensor UlyssesGroup::all_gather(const torch::Tensor& in) const {
+  auto out = torch::empty({in.numel() * group_->size()}, in.options());
+  group_->all_gather_into(out, in);
+  return out;
+}
+
+UlyssesGroups UlyssesGroups::create(const EngineArgs& args, int64_t size) {
+  const int64_t rank = args.rank, world = args.world_size;
+  // The prefix keeps several engines in one process (actor and critic) apart: every rank builds its engines, and
+  // so these groups, in the same order.
+  static std::atomic<int> instance{0};
+  const std::string base = "enginery_ulysses/" + std::to_string(instance++) + "/";
+  const std::string key = key_of(args);
+  UlyssesGroups g;
+  const int64_t sequence_index = rank / size, data_index = rank % size;
+  g.sequence = std::make_shared<UlyssesGroup>(std::make_shared<Collectives>(
+      make_subgroup(args, base + "sequence/" + std::to_string(sequence_index), rank % size, size, key), rank % size,
+      size));
+  g.data = std::make_shared<Collectives>(
+      make_subgroup(args, base + "data/" + std::to_string(data_index), rank / size, world / size, key), rank / size,
+      world / size);
+  return g;
+}
+
+}  // namespace fsdp
+}  // namespace enginery
