@@ -40,7 +40,18 @@ JsonlOptions jsonl_options(const TrainConfig& c, const std::string& split) {
   return options;
 }
 
+void refuse_sequence_parallel(const TrainConfig& c) {
+  const std::string name = "ulysses_sequence_parallel_size";
+  const auto it = c.engine.backend_options.find(name);
+  if (it == c.engine.backend_options.end() || it->second == "1") return;
+  const std::string key = "engine." + c.engine.strategy + "." + name;
+  throw EngineryError(key + " = " + it->second + " needs the ranks of a sequence group to train on the same rows; " +
+                          "enginery train gives every rank rows of its own (run it under verl through enginery.verl)",
+                      c.where(key), "1, or leave it out");
+}
+
 void preflight_data(const TrainConfig& c, int64_t world_size, const std::string& device) {
+  refuse_sequence_parallel(c);
   if (c.data.train_batch_size % world_size != 0) {
     throw EngineryError("data.train_batch_size = " + std::to_string(c.data.train_batch_size) +
                             " does not divide over " + std::to_string(world_size) + " ranks",

@@ -11,6 +11,10 @@ namespace enginery {
 // `device`: where the ranks will run ("cpu", "cuda"), for GRPO's rollout.dtype.
 void preflight_data(const TrainConfig& config, int64_t world_size, const std::string& device);
 
+// Refuses [engine.<backend>] ulysses_sequence_parallel_size other than 1: this trainer gives every rank rows of its
+// own, where Ulysses needs the ranks of a sequence group to share theirs (verl's workers do; enginery.verl).
+void refuse_sequence_parallel(const TrainConfig& config);
+
 // The model's vocabulary size and max_position_embeddings (its config.json, or the built-in's), which every
 // dataset is checked against when opened.
 TokenLimits model_token_limits(const TrainConfig& config);

@@ -439,6 +439,7 @@ int run_rank(const TrainConfig& config_in, const RankEnv& env, const std::vector
 
   const std::string device_name = resolve_device(config);
   const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, env.local_rank) : torch::kCPU;
+  refuse_sequence_parallel(config);  // under torchrun or srun no launcher ran preflight_data
   const TokenLimits limits = model_token_limits(config);
   TrainInputs inputs = open_train_inputs(config, env, limits);
   // Under torchrun or srun no launcher ran preflight: the rollout is checked here, before anything is allocated.
