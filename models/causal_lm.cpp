@@ -24,7 +24,7 @@ DecoderBodyImpl::DecoderBodyImpl(const ModelArgs& a) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(a.vocab_size, a.hidden_size));
   torch::nn::ModuleList list;
   for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
-    layers.emplace_back(a);
+    layers.emplace_back(a, i);
     list->push_back(layers.back());
   }
   register_module("layers", list);

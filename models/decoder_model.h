@@ -64,7 +64,7 @@ class DecoderModel : public torch::nn::Module {
   // entropy when asked) without materialising the full [tokens x vocab] fp32 logits; value_model heads fill values.
   virtual ModelOutput forward(const ModelInputs& inputs, const HeadOptions& head, UnitHooks* hooks) = 0;
 
-  virtual std::string hf_model_type() const = 0;  // "llama" | "qwen2" | "qwen3"
+  virtual std::string hf_model_type() const = 0;  // "llama" | "qwen2" | "qwen3" | "qwen3_moe"
   virtual bool tied_embeddings() const = 0;
   // The decoder layers' projections as FP8 GEMMs with `recipe`'s scaling (models/fp8_linear.h), or bf16 (kOff). A
   // model without them throws for anything but kOff.

@@ -7,6 +7,7 @@
 #include "models/fp8_linear.h"
 #include "models/fused_ops.h"
 #include "models/kv_cache.h"
+#include "models/moe.h"
 
 namespace enginery {
 namespace models {
@@ -91,7 +92,7 @@ torch::Tensor apply_rope(const torch::Tensor& x_bthd, const RopeTables& rope) {
 AttentionImpl::AttentionImpl(const ModelArgs& a)
     : heads_(a.num_attention_heads), kv_heads_(a.num_key_value_heads), head_dim_(a.head_dim) {
   const bool qkv_bias = a.attention_bias;  // always true for qwen2 (see model_args.cpp)
-  const bool o_bias = a.model_type == "llama" && a.attention_bias;
+  const bool o_bias = (a.model_type == "llama" || a.model_type == "qwen3_moe") && a.attention_bias;
   using torch::nn::LinearOptions;
   q_proj = register_module("q_proj", torch::nn::Linear(LinearOptions(a.hidden_size, heads_ * head_dim_).bias(qkv_bias)));
   k_proj = register_module("k_proj", torch::nn::Linear(LinearOptions(a.hidden_size, kv_heads_ * head_dim_).bias(qkv_bias)));
@@ -208,9 +209,13 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x, bool recomputing) {
   return down_proj(swiglu(gate, up));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelArgs& a, int64_t index) {
   self_attn = register_module("self_attn", Attention(a));
-  mlp = register_module("mlp", MLP(a));
+  if (is_moe_layer(a, index)) {
+    moe = register_module("mlp", std::make_shared<SparseMoeBlockImpl>(a));
+  } else {
+    mlp = register_module("mlp", MLP(a));
+  }
   input_layernorm = register_module("input_layernorm", RMSNorm(a.hidden_size, a.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(a.hidden_size, a.rms_norm_eps));
 }
@@ -224,19 +229,29 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionC
 }
 
 torch::Tensor DecoderLayerImpl::mlp_block(const torch::Tensor& h, const AttentionContext& ctx) {
+  if (moe) return moe->forward(post_attention_layernorm(h));
   return mlp->forward(post_attention_layernorm(h), ctx.recomputing);
 }
 
 std::vector<torch::Tensor> DecoderLayerImpl::mlp_block_parameters() {
   auto params = post_attention_layernorm->parameters();
-  for (const auto& p : mlp->parameters()) params.push_back(p);
+  for (const auto& p : moe ? moe->parameters() : mlp->parameters()) params.push_back(p);
   return params;
+}
+
+void DecoderLayerImpl::set_fp8_recipe(Fp8Recipe recipe) {
+  if (moe && recipe != Fp8Recipe::kOff) {
+    throw EngineryError("a qwen3_moe model's experts have no FP8 GEMMs (models/moe.h); turn FP8 off for it",
+                        "[engine.<backend>] fp8", "off");
+  }
+  self_attn->fp8 = recipe;
+  if (mlp) mlp->fp8 = recipe;
 }
 
 torch::Tensor DecoderLayerImpl::forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache,
                                                size_t layer) {
   auto h = x + self_attn->forward_cached(input_layernorm(x), ctx, cache, layer);
-  return h + mlp->forward(post_attention_layernorm(h));
+  return h + (moe ? moe->forward(post_attention_layernorm(h)) : mlp->forward(post_attention_layernorm(h)));
 }
 
 }  // namespace models

@@ -1,6 +1,6 @@
 #pragma once
-// The building blocks of llama / qwen2 / qwen3 decoders, with the submodule and parameter names of transformers
-// (self_attn.q_proj, mlp.gate_proj, input_layernorm, ...), so named_parameters() yields HF names.
+// The building blocks of llama / qwen2 / qwen3 / qwen3_moe decoders, with the submodule and parameter names of
+// transformers (self_attn.q_proj, mlp.gate_proj, input_layernorm, ...), so named_parameters() yields HF names.
 #include <torch/torch.h>
 
 #include <string>
@@ -114,9 +114,12 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
+class SparseMoeBlockImpl;  // models/moe.h
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const ModelArgs& args);
+  // Layer `index` (0-based) of the model: its MLP is sparse where is_moe_layer says so (qwen3_moe).
+  DecoderLayerImpl(const ModelArgs& args, int64_t index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& ctx);
   // The MLP block, mlp(post_attention_layernorm(h)) without the residual, and the parameters it reads (what
   // Recompute::kMlp checkpoints).
@@ -125,13 +128,12 @@ class DecoderLayerImpl : public torch::nn::Module {
   // The same over the tokens after `cache`'s (AttentionImpl::forward_cached).
   torch::Tensor forward_cached(const torch::Tensor& x, const AttentionContext& ctx, KVCache& cache, size_t layer);
 
-  void set_fp8_recipe(Fp8Recipe recipe) {
-    self_attn->fp8 = recipe;
-    mlp->fp8 = recipe;
-  }
+  // The experts of a sparse layer have no FP8 GEMMs: any recipe but kOff is refused for it.
+  void set_fp8_recipe(Fp8Recipe recipe);
 
   Attention self_attn{nullptr};
-  MLP mlp{nullptr};
+  MLP mlp{nullptr};                           // a dense layer's MLP, registered as "mlp"
+  std::shared_ptr<SparseMoeBlockImpl> moe;    // a sparse layer's, registered as "mlp" instead
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
 };
 TORCH_MODULE(DecoderLayer);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -15,7 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-const char* kAllowedModelTypes = "llama, qwen2, qwen3";
+const char* kAllowedModelTypes = "llama, qwen2, qwen3, qwen3_moe";
 const char* kConfigDtypes = "float32, bfloat16, float16";
 constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;
 
@@ -28,6 +29,7 @@ constexpr int64_t kMaxLayers = int64_t{1} << 12;
 constexpr int64_t kMaxHeads = int64_t{1} << 12;
 constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
 constexpr int64_t kMaxPositions = int64_t{1} << 30;
+constexpr int64_t kMaxExperts = int64_t{1} << 16;
 
 std::string int_range(int64_t lo, int64_t hi) {
   return "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
@@ -171,7 +173,7 @@ void read_sizes(const Reader& r, ModelArgs& a) {
                         r.where + ": num_key_value_heads",
                         "a divisor of num_attention_heads (" + std::to_string(a.num_attention_heads) + ")");
   }
-  // transformers: llama/qwen2 use hidden/heads unless head_dim is given; Qwen3Config defaults head_dim to 128.
+  // transformers: llama/qwen2/qwen3_moe use hidden/heads unless head_dim is given; Qwen3Config defaults it to 128.
   if (r.has("head_dim")) {
     a.head_dim = r.int_in("head_dim", 2, kMaxHeadDim);
   } else if (a.model_type == "qwen3") {
@@ -189,13 +191,53 @@ void read_sizes(const Reader& r, ModelArgs& a) {
   a.max_position_embeddings = r.int_in("max_position_embeddings", 2048, 1, kMaxPositions);
 }
 
+// Qwen3MoeConfig's fields, with its defaults. Each changes the math, so each is checked: a top-k larger than the
+// experts, or an mlp_only_layers entry that names no layer, is refused by name.
+MoeArgs read_moe(const Reader& r, int64_t layers) {
+  MoeArgs m;
+  // Qwen's checkpoints say num_experts; transformers 5 writes the same field as num_local_experts (its
+  // attribute_map). Either is read; both present must agree.
+  m.num_experts = r.int_in("num_experts", 128, 0, kMaxExperts);
+  if (r.has("num_local_experts")) {
+    const int64_t local = r.int_in("num_local_experts", 0, kMaxExperts);
+    if (r.has("num_experts") && local != m.num_experts) {
+      throw EngineryError("num_local_experts (" + std::to_string(local) + ") and num_experts (" +
+                              std::to_string(m.num_experts) + ") disagree",
+                          r.where + ": num_local_experts", "the same number of experts in both fields");
+    }
+    m.num_experts = local;
+  }
+  if (m.num_experts == 0) return m;
+  m.num_experts_per_tok = r.int_in("num_experts_per_tok", std::min<int64_t>(8, m.num_experts), 1, m.num_experts);
+  m.moe_intermediate_size = r.int_in("moe_intermediate_size", 768, 1, kMaxIntermediate);
+  m.norm_topk_prob = r.bool_field("norm_topk_prob", false);
+  m.decoder_sparse_step = r.int_in("decoder_sparse_step", 1, 1, kMaxLayers);
+  if (r.has("mlp_only_layers")) {
+    const json& list = r.j.at("mlp_only_layers");
+    const std::string allowed = "a list of layer indices, each " + int_range(0, layers - 1);
+    if (!list.is_array()) throw EngineryError("field 'mlp_only_layers' must be a list", r.where + ": mlp_only_layers", allowed);
+    for (const json& v : list) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= layers ||
+          (v.is_number_unsigned() && v.get<uint64_t>() >= static_cast<uint64_t>(layers))) {
+        throw EngineryError("field 'mlp_only_layers' holds " + v.dump() + ", not a layer index",
+                            r.where + ": mlp_only_layers", allowed);
+      }
+      m.mlp_only_layers.push_back(v.get<int64_t>());
+    }
+  }
+  m.router_aux_loss_coef = r.num_field("router_aux_loss_coef", 0.001);
+  r.check_range(m.router_aux_loss_coef, "router_aux_loss_coef", 0.0, kHuge, false);
+  m.output_router_logits = r.bool_field("output_router_logits", false);
+  return m;
+}
+
 ModelArgs args_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) throw EngineryError("config must be a JSON object", where);
   Reader r{j, where};
   ModelArgs a;
   if (!r.has("model_type")) throw EngineryError("missing field 'model_type'", where + ": model_type", kAllowedModelTypes);
   a.model_type = r.str_field("model_type", "");
-  if (a.model_type != "llama" && a.model_type != "qwen2" && a.model_type != "qwen3") {
+  if (a.model_type != "llama" && a.model_type != "qwen2" && a.model_type != "qwen3" && a.model_type != "qwen3_moe") {
     throw EngineryError("unknown model_type '" + a.model_type + "'", where + ": model_type", kAllowedModelTypes);
   }
   read_sizes(r, a);
@@ -205,7 +247,8 @@ ModelArgs args_from_json(const json& j, const std::string& where) {
   a.tie_word_embeddings = r.bool_field("tie_word_embeddings", false);
   a.attention_bias = a.model_type == "qwen2" ? true : r.bool_field("attention_bias", false);
   a.mlp_bias = a.model_type == "llama" ? r.bool_field("mlp_bias", false) : false;
-  a.qk_norm = a.model_type == "qwen3";
+  a.qk_norm = a.model_type == "qwen3" || a.model_type == "qwen3_moe";
+  if (a.model_type == "qwen3_moe") a.moe = read_moe(r, a.num_hidden_layers);
   // The weights' dtype, also the one save_hf writes: refused here rather than at the first save.
   const char* dtype_key = r.has("dtype") ? "dtype" : "torch_dtype";
   a.dtype = r.str_field(dtype_key, "float32");
@@ -244,19 +287,31 @@ ModelArgs read_hf_config(const std::string& dir) {
   return parse_hf_config(input::read_regular(path, kMaxConfigBytes, "cannot open the model's config.json"), path);
 }
 
+bool is_moe_layer(const ModelArgs& a, int64_t layer) {
+  const MoeArgs& m = a.moe;
+  if (m.num_experts == 0 || (layer + 1) % m.decoder_sparse_step != 0) return false;
+  return std::find(m.mlp_only_layers.begin(), m.mlp_only_layers.end(), layer) == m.mlp_only_layers.end();
+}
+
 double approx_parameter_count(const ModelArgs& a) {
   const double hidden = static_cast<double>(a.hidden_size), head_dim = static_cast<double>(a.head_dim);
   const double heads = static_cast<double>(2 * a.num_attention_heads + 2 * a.num_key_value_heads);  // q, o; k, v
   const double attention = hidden * head_dim * heads;
   const double mlp = 3.0 * hidden * static_cast<double>(a.intermediate_size);
+  const double experts = static_cast<double>(a.moe.num_experts) *
+                             (3.0 * hidden * static_cast<double>(a.moe.moe_intermediate_size)) +
+                         hidden * static_cast<double>(a.moe.num_experts);  // the experts and the router
+  double layers = 0.0;
+  for (int64_t i = 0; i < a.num_hidden_layers; ++i) layers += attention + (is_moe_layer(a, i) ? experts : mlp);
   const double embeddings = static_cast<double>(a.vocab_size) * hidden * (a.tie_word_embeddings ? 1.0 : 2.0);
-  return embeddings + static_cast<double>(a.num_hidden_layers) * (attention + mlp);
+  return embeddings + layers;
 }
 
 std::string hf_config_json(const ModelArgs& a) {
-  const char* arch = a.model_type == "llama" ? "LlamaForCausalLM"
-                     : a.model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                               : "Qwen3ForCausalLM";
+  const char* arch = a.model_type == "llama"       ? "LlamaForCausalLM"
+                     : a.model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                     : a.model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                                   : "Qwen3ForCausalLM";
   json rope = {{"rope_type", a.rope.type}, {"rope_theta", a.rope.theta}};
   if (a.rope.type != "default") rope["factor"] = a.rope.factor;
   if (a.rope.type == "llama3") {
@@ -281,6 +336,16 @@ std::string hf_config_json(const ModelArgs& a) {
             {"dtype", a.dtype}};
   if (a.model_type != "qwen2") j["attention_bias"] = a.attention_bias;
   if (a.model_type == "llama") j["mlp_bias"] = a.mlp_bias;
+  if (a.model_type == "qwen3_moe") {
+    j["num_experts"] = a.moe.num_experts;
+    j["num_experts_per_tok"] = a.moe.num_experts_per_tok;
+    j["moe_intermediate_size"] = a.moe.moe_intermediate_size;
+    j["norm_topk_prob"] = a.moe.norm_topk_prob;
+    j["decoder_sparse_step"] = a.moe.decoder_sparse_step;
+    j["mlp_only_layers"] = a.moe.mlp_only_layers;
+    j["router_aux_loss_coef"] = a.moe.router_aux_loss_coef;
+    j["output_router_logits"] = a.moe.output_router_logits;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -314,6 +379,18 @@ ModelArgs builtin_args(const std::string& name) {
     a.head_dim = 32;  // != hidden / heads, as in the Qwen3 family
     a.qk_norm = true;
     a.rope.theta = 1000000.0;
+  } else if (name == "qwen3-moe-tiny") {
+    // Qwen3-30B-A3B's routing (8 of 128 experts, renormalised) scaled down: 8 experts, 2 per token, every layer
+    // sparse but the last (mlp_only_layers), so both kinds of MLP are in every test that uses it.
+    a.model_type = "qwen3_moe";
+    a.head_dim = 32;
+    a.qk_norm = true;
+    a.rope.theta = 1000000.0;
+    a.moe.num_experts = 8;
+    a.moe.num_experts_per_tok = 2;
+    a.moe.moe_intermediate_size = 32;
+    a.moe.norm_topk_prob = true;
+    a.moe.mlp_only_layers = {a.num_hidden_layers - 1};
   } else {
     throw EngineryError("unknown built-in model 'builtin:" + name + "'", "model.path", builtin_names());
   }
@@ -321,7 +398,9 @@ ModelArgs builtin_args(const std::string& name) {
   return a;
 }
 
-std::string builtin_names() { return "builtin:qwen2-tiny, builtin:llama-tiny, builtin:qwen3-tiny"; }
+std::string builtin_names() {
+  return "builtin:qwen2-tiny, builtin:llama-tiny, builtin:qwen3-tiny, builtin:qwen3-moe-tiny";
+}
 
 }  // namespace models
 }  // namespace enginery

@@ -1,9 +1,10 @@
 #pragma once
-// The architecture of a decoder LM as read from a Hugging Face config.json (llama, qwen2, qwen3) or taken from a
-// built-in tiny config. Both config.json forms found in the wild are read: the long-standing one (rope_theta,
+// The architecture of a decoder LM as read from a Hugging Face config.json (llama, qwen2, qwen3, qwen3_moe) or taken
+// from a built-in tiny config. Both config.json forms found in the wild are read: the long-standing one (rope_theta,
 // rope_scaling, torch_dtype) and the transformers 5 one (rope_parameters, dtype).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace enginery {
 namespace models {
@@ -17,8 +18,23 @@ struct RopeArgs {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// qwen3_moe's sparse MLP layers (models/moe.h; docs/ARCHITECTURE.md, "Mixture of experts"), transformers'
+// Qwen3MoeConfig fields of the same names.
+struct MoeArgs {
+  int64_t num_experts = 0;  // 0: every layer dense (and every other field unused)
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;  // the top-k routing weights renormalised to sum to 1
+  int64_t decoder_sparse_step = 1;  // layer i is sparse when (i + 1) % step == 0 and i is not in mlp_only_layers
+  std::vector<int64_t> mlp_only_layers;
+  // The load-balancing loss's weight in transformers' own loss (with labels and output_router_logits); read and
+  // written back, never added to enginery's training loss (models/moe.h says why).
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
+};
+
 struct ModelArgs {
-  std::string model_type;  // "llama" | "qwen2" | "qwen3"
+  std::string model_type;  // "llama" | "qwen2" | "qwen3" | "qwen3_moe"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -32,7 +48,8 @@ struct ModelArgs {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v (and o for llama) biases; qwen2 always has q/k/v biases
   bool mlp_bias = false;
-  bool qk_norm = false;  // qwen3: RMSNorm over head_dim on q and k before RoPE
+  bool qk_norm = false;  // qwen3, qwen3_moe: RMSNorm over head_dim on q and k before RoPE
+  MoeArgs moe;           // qwen3_moe only
   std::string dtype = "float32";  // torch_dtype / dtype of the checkpoint
   // The config.json text this came from, written back unchanged by save_hf so a round trip keeps every field.
   std::string raw_config_json;
@@ -52,7 +69,11 @@ double approx_parameter_count(const ModelArgs& args);
 // config.json text (transformers 5 form) for args that did not come from a file.
 std::string hf_config_json(const ModelArgs& args);
 
-// Built-in tiny configs: "qwen2-tiny", "llama-tiny", "qwen3-tiny" (name without the "builtin:" prefix).
+// Whether decoder layer `layer` (0-based) of `args` is a sparse mixture-of-experts layer, as transformers decides.
+bool is_moe_layer(const ModelArgs& args, int64_t layer);
+
+// Built-in tiny configs: "qwen2-tiny", "llama-tiny", "qwen3-tiny", "qwen3-moe-tiny" (name without the "builtin:"
+// prefix).
 ModelArgs builtin_args(const std::string& name);
 std::string builtin_names();  // comma-separated, for error messages
 

@@ -148,9 +148,10 @@ void save_hf(DecoderModel& model, const std::string& dir, const NamedTensors& we
     // Name the token-classification class so transformers loads the value head (score) too.
     auto j = nlohmann::json::parse(config);
     const std::string& t = lm->args().model_type;
-    const std::string arch = t == "llama" ? "LlamaForTokenClassification"
-                             : t == "qwen2" ? "Qwen2ForTokenClassification"
-                                            : "Qwen3ForTokenClassification";
+    const std::string arch = t == "llama"       ? "LlamaForTokenClassification"
+                             : t == "qwen2"     ? "Qwen2ForTokenClassification"
+                             : t == "qwen3_moe" ? "Qwen3MoeForTokenClassification"
+                                                : "Qwen3ForTokenClassification";
     j["architectures"] = {arch};
     j["id2label"] = {{"0", "LABEL_0"}};
     j["label2id"] = {{"LABEL_0", 0}};
