@@ -48,12 +48,10 @@ def _init_process_group(rank, world_size, rendezvous_file):
 
 def _engine_config(strategy, **fields):
     """verl's FSDPEngineConfig for verl's own strategies, as verl's test builds it; enginery's EngineryEngineConfig
-    (conftest.engine_config) with the same fields for enginery's, less ulysses_sequence_parallel_size, which it
-    does not have (no sequence parallelism: issue 45)."""
+    (conftest.engine_config) with the same fields for enginery's."""
     if strategy in VERL_STRATEGIES:
         from verl.workers.config import FSDPEngineConfig
         return FSDPEngineConfig(strategy=strategy, **fields)
-    assert fields.pop("ulysses_sequence_parallel_size", 1) == 1, "enginery has no sequence parallelism (issue 45)"
     return conftest.engine_config(strategy=strategy, **fields)
 
 

@@ -27,9 +27,11 @@ test leaves verl's default flash_attention_2, which is not installed.
 - test_per_tensor_generator: get_per_tensor_param's names and shapes against a meta-device transformers model's
   state_dict, with fsdp_size 4 above the world size (verl reads it as the whole world; an engine refusing it fails
   building the engine); beyond verl's test, every value equals the saved Hugging Face weight bitwise and every saved
-  weight comes once. verl's test also runs Ulysses sequence parallelism (ulysses_sequence_parallel_size=2) and
-  Qwen3MoeConfig: enginery has neither (issue 45), so sp=2 runs for verl's control only and MoE not at all; the
-  sp=2 and MoE cases of enginery are issue 45's.
+  weight comes once. verl's test also runs Ulysses sequence parallelism (ulysses_sequence_parallel_size=2), for
+  verl's control and enginery's backends alike where the world has 2 ranks (the CPU's; skipped on one GPU), and
+  Qwen3MoeConfig, which this port does not run yet (issue 45's Qwen3-MoE work). On
+  enginery before its Ulysses work (issue 45) the enginery sp=2 cases failed building the engine:
+  "EngineryEngineConfig got an unexpected keyword 'ulysses_sequence_parallel_size'".
 """
 import os
 import queue
@@ -178,7 +180,8 @@ def test_fsdp2_autocast_dtype_honors_mixed_precision(strategy, tmp_path, ranks):
 
 
 @pytest.mark.parametrize("strategy, sp_size", [("fsdp2", 1), ("fsdp2", 2), ("fsdp", 1), ("fsdp", 2),
-                                               ("enginery_fsdp2", 1), ("enginery_fsdp", 1)])
+                                               ("enginery_fsdp2", 1), ("enginery_fsdp2", 2), ("enginery_fsdp", 1),
+                                               ("enginery_fsdp", 2)])
 def test_per_tensor_generator(strategy, sp_size, tmp_path, ranks):
     skip_unbuildable_control(strategy)
     if sp_size > WORLD_SIZE:

@@ -21,7 +21,7 @@ _READ = {
     "engine": {name: name for name in (
         "strategy", "param_offload", "optimizer_offload", "forward_only", "micro_batch_size_per_gpu",
         "use_dynamic_bsz", "max_token_len_per_gpu", "fsdp_size", "reshard_after_forward", "forward_prefetch",
-        "mixed_precision", "model_dtype", "seed", "offload_outside_modes")},
+        "mixed_precision", "model_dtype", "seed", "offload_outside_modes", "ulysses_sequence_parallel_size")},
     "optim": {name: name for name in (
         "optimizer", "lr", "betas", "weight_decay", "clip_grad", "lr_scheduler_type", "lr_warmup_steps",
         "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "total_training_steps")},

@@ -121,6 +121,13 @@ class EngineryVerlEngine:
         sections = {name: dict(values) for name, values in sections.items()}
         sections["engine"].pop("strategy", None)
         sections["engine"].pop("offload_outside_modes", None)
+        # verl's FSDPEngineConfig field is a backend option of enginery's ([engine.<backend>]): a new EngineConfig
+        # field would change EngineArgs' layout for every 2.x plugin. Size 1 (off) is left out, so that a backend
+        # without it (veomni) accepts verl's default.
+        ulysses = sections["engine"].pop(_ULYSSES, 1)
+        if ulysses != 1:
+            sections["engine"].setdefault(self.backend, {})[_ULYSSES] = ulysses
+        self._data_parallel = None  # built by initialize() (collective)
         return enginery.new_engine(self.model_type, self.backend, self.device, sections)
 
     def _check_offload_outside_modes(self):
@@ -143,6 +150,7 @@ class EngineryVerlEngine:
             self._engine = self._new_engine(now)
             self._built_from = now
         self._engine.initialize()
+        self._data_parallel = _data_parallel_group(self._engine.get_data_parallel_size())
         if self._offload_outside_modes:
             self._engine.to("cpu", True, True, True)  # verl's engine, too, offloads right after building
 
@@ -344,13 +352,43 @@ class EngineryVerlEngine:
         return self._engine.get_data_parallel_size()
 
     def get_data_parallel_group(self):
-        """torch.distributed's default group, which the engine was built on (data parallel is the whole world);
-        None without torch.distributed."""
+        """torch.distributed's default group, which the engine was built on, or with Ulysses sequence parallelism
+        one rank of each sequence group (as verl's engine's "dp" mesh dimension); None without torch.distributed."""
         import torch.distributed as dist
-        return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        return self._data_parallel if self._data_parallel is not None else dist.group.WORLD
 
     def is_mp_src_rank_with_outputs(self):
-        return True  # no tensor or sequence parallelism: every rank holds its rows' outputs
+        """True on the first rank of each Ulysses sequence group (all of whose ranks hold the same outputs), as
+        verl's engine; on every rank without it."""
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            return True
+        return dist.get_rank() % (dist.get_world_size() // self._engine.get_data_parallel_size()) == 0
+
+
+_ULYSSES = "ulysses_sequence_parallel_size"
+
+
+def _data_parallel_group(data_parallel_size):
+    """With Ulysses sequence parallelism (world / data_parallel_size ranks per sequence group of consecutive ranks),
+    the torch.distributed group of this rank's data-parallel peers, the ranks r with r % size == this rank % size
+    (what the engine's own host loop counts tokens over); None without it. Collective: every rank builds every
+    group, as torch.distributed.new_group requires."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    world = dist.get_world_size()
+    size = world // data_parallel_size
+    if size == 1:
+        return None
+    mine = None
+    for first in range(size):
+        group = dist.new_group(list(range(first, world, size)))
+        if dist.get_rank() % size == first:
+            mine = group
+    return mine
 
 
 def _hf_delta_entry(name, spec, place, lidx, lval):

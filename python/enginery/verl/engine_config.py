@@ -22,6 +22,10 @@ class EngineryEngineConfig(EngineConfig):
     # verl's key and shape: {"param_dtype": "bf16" | "fp16" | "fp32", "reduce_dtype": ..., "buffer_dtype": ...};
     # None is verl's default, bf16 compute with fp32 reductions and buffers.
     mixed_precision: Optional[dict[str, Any]] = None
+    # verl's FSDPEngineConfig field and meaning: groups of this many consecutive ranks share each batch and split its
+    # packed tokens, attention exchanging heads (docs/ARCHITECTURE.md, "Sequence parallelism"); needs
+    # model use_remove_padding, as verl's engine does.
+    ulysses_sequence_parallel_size: int = 1
     # The state in host memory outside train_mode()/eval_mode() (python/README.md, "enginery.verl in detail").
     offload_outside_modes: bool = False
 
