@@ -34,6 +34,11 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", micro_batches,
                  "micro-batches per step (gradient accumulation): each step trains micro_batches x mbs rows")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  int64_t ulysses = 1;
+  app.add_option("--ulysses", ulysses,
+                 "engine.<backend>.ulysses_sequence_parallel_size (with model.use_remove_padding): groups of this "
+                 "many ranks share each row, as verl feeds them")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   std::string profile;
   app.add_option("--profile", profile, "after the timed steps, profile one more step (CUDA builds: kineto) and "
                  "write its chrome trace here (bench/gpu/profile_summary.py reads it)");
@@ -42,9 +47,16 @@ int main(int argc, char** argv) {
   const bench::Rank me = bench::join_world(flags.device);
   const int64_t rank = me.env.rank, world = me.env.world_size, mbs = flags.mbs;
   const int64_t rows = mbs * micro_batches;  // per rank and step; the engine splits them into micro-batches of mbs
-  auto engine = bench::load_engine(flags, bench::engine_args(me, flags));
+  EngineArgs args = bench::engine_args(me, flags);
+  if (ulysses > 1) {
+    args.engine.backend_options["ulysses_sequence_parallel_size"] = std::to_string(ulysses);
+    args.model.use_remove_padding = true;
+  }
+  auto engine = bench::load_engine(flags, args);
+  // The ranks of a Ulysses group read the same rows: data goes by data-parallel rank (world / ulysses of them).
+  const int64_t dp_rank = engine->get_data_parallel_rank(), dp_size = engine->get_data_parallel_size();
 
-  // Same tokens as the reference: row r of step s is tokens[((s * world + rank) * rows + r) * seq ...].
+  // Same tokens as the reference: row r of step s is tokens[((s * dp_size + dp_rank) * rows + r) * seq ...].
   const auto bytes = std::filesystem::file_size(tokens_file);
   std::ifstream in(tokens_file, std::ios::binary);
   std::vector<int32_t> tokens(bytes / sizeof(int32_t));
@@ -57,9 +69,9 @@ int main(int argc, char** argv) {
     return r;
   };
   const torch::Device torch_device = me.device;
-  // Step k of rank r reads its own rows x seq window of the token file, as the reference scripts do.
+  // Step k of data-parallel rank r reads its own rows x seq window of the token file, as the reference scripts do.
   auto batch_for_step = [&](int64_t step) {
-    const int64_t offset = (step * world + rank) * rows * seq;
+    const int64_t offset = (step * dp_size + dp_rank) * rows * seq;
     TORCH_CHECK(offset + rows * seq <= all.numel(), "token file too short for step ", step);
     auto ids = all.slice(0, offset, offset + rows * seq).view({rows, seq}).to(torch_device);
     Batch batch;
@@ -92,7 +104,7 @@ int main(int argc, char** argv) {
     std::cerr << "--profile: this build has no kineto profiler (CUDA builds only); skipped\n";
 #endif
   }
-  const double tok_s = static_cast<double>(rows * seq * world) / bench::mean(log.seconds);
+  const double tok_s = static_cast<double>(rows * seq * dp_size) / bench::mean(log.seconds);
   const std::string offload = flags.param_offload && flags.optimizer_offload ? "+offload"
                               : flags.param_offload                          ? "+param_offload"
                               : flags.optimizer_offload                      ? "+optimizer_offload"
@@ -101,7 +113,9 @@ int main(int argc, char** argv) {
   const std::string fp8 = flags.fp8.empty() || flags.fp8 == "off" ? "" : "+fp8-" + flags.fp8;
   // A policy other than recomputing whole layers is part of the row's name: the references have only that one.
   const std::string ac_policy = flags.ac && flags.ac_policy != "layer" ? "+ac-" + flags.ac_policy : "";
-  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where + fp8 + ac_policy}, {"seq", seq},
+  const std::string sp = ulysses > 1 ? "+ulysses" + std::to_string(ulysses) : "";
+  nlohmann::json result = {{"impl", "enginery-" + flags.backend + offload + where + fp8 + ac_policy + sp}, {"seq", seq},
+                           {"ulysses", ulysses},
                            {"mbs", mbs}, {"micro_batches", micro_batches},
                            {"ac", flags.ac}, {"ac_policy", flags.ac ? flags.ac_policy : "off"},
                            {"world", world}, {"steps", flags.steps}, {"tokens_per_s", tok_s},
