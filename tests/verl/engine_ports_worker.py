@@ -328,7 +328,12 @@ def per_tensor_param(rank, world_size, rendezvous_file, strategy, model_path, sp
 
     per_tensor_params, _ = engine.get_per_tensor_param()
 
-    ref_state_dict = ref_model.state_dict()
+    # transformers 5 holds a MoE's experts fused (mlp.experts.gate_up_proj [E, 2I, H], down_proj [E, H, I]) where
+    # checkpoints on disk and verl's engine name each expert (verl unfuses them for vLLM with unfuse_moe_params):
+    # verl's test, which reads the fused state_dict, fails its own engine there. The reference names are the
+    # state_dict's as verl unfuses them (no change for a dense model).
+    from verl.workers.engine.fsdp.utils import unfuse_moe_params
+    ref_state_dict = dict(unfuse_moe_params(ref_model.state_dict().items(), ref_model_config.model_type))
     saved = load_file(os.path.join(model_path, "model.safetensors"))
 
     seen = []

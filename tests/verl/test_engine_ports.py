@@ -29,9 +29,13 @@ test leaves verl's default flash_attention_2, which is not installed.
   building the engine); beyond verl's test, every value equals the saved Hugging Face weight bitwise and every saved
   weight comes once. verl's test also runs Ulysses sequence parallelism (ulysses_sequence_parallel_size=2), for
   verl's control and enginery's backends alike where the world has 2 ranks (the CPU's; skipped on one GPU), and
-  Qwen3MoeConfig, which this port does not run yet (issue 45's Qwen3-MoE work). On
-  enginery before its Ulysses work (issue 45) the enginery sp=2 cases failed building the engine:
-  "EngineryEngineConfig got an unexpected keyword 'ulysses_sequence_parallel_size'".
+  Qwen3MoeConfig (here shrunk to 4 experts, 2 per token). On enginery before its Ulysses work (issue 45) the
+  enginery sp=2 cases failed building the engine: "EngineryEngineConfig got an unexpected keyword
+  'ulysses_sequence_parallel_size'"; before its Qwen3-MoE work (issue 45) the qwen3_moe cases failed building it:
+  "unknown model_type 'qwen3_moe' (allowed: llama, qwen2, qwen3)". Under transformers 5 the meta model's state_dict
+  holds the experts fused (mlp.experts.gate_up_proj) while verl's engine yields them per expert, the checkpoint's
+  names (verl's unfuse_moe_params): verl's own test fails its own engine there ("model.layers.0.mlp.experts.0.
+  gate_proj.weight not in ref_state_dict"), so the reference names are the state_dict's as verl unfuses them.
 """
 import os
 import queue
@@ -41,7 +45,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import DEVICE
-from transformers import AutoModelForCausalLM, Qwen3Config
+from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
 
 import engine_ports_worker
 import verl_cpu
@@ -61,6 +65,14 @@ def tiny_qwen3(**fields):
     sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=4)
     return Qwen3Config(**{**sizes, **fields})
+
+
+def tiny_qwen3_moe(**fields):
+    """verl's Qwen3MoeConfig(num_hidden_layers=2) at tiny_qwen3's sizes, with 4 experts of which 2 per token (verl's
+    uses the default 128 and 8)."""
+    sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+    return Qwen3MoeConfig(**{**sizes, **fields})
 
 
 def create_actor_model(tmp_path, config):
@@ -179,14 +191,15 @@ def test_fsdp2_autocast_dtype_honors_mixed_precision(strategy, tmp_path, ranks):
     ranks.run(engine_ports_worker.autocast_dtype, tmp_path, "rdzv_autocast", model_path, strategy)
 
 
+@pytest.mark.parametrize("config", [tiny_qwen3, tiny_qwen3_moe], ids=["qwen3", "qwen3_moe"])
 @pytest.mark.parametrize("strategy, sp_size", [("fsdp2", 1), ("fsdp2", 2), ("fsdp", 1), ("fsdp", 2),
                                                ("enginery_fsdp2", 1), ("enginery_fsdp2", 2), ("enginery_fsdp", 1),
                                                ("enginery_fsdp", 2)])
-def test_per_tensor_generator(strategy, sp_size, tmp_path, ranks):
+def test_per_tensor_generator(strategy, sp_size, config, tmp_path, ranks):
     skip_unbuildable_control(strategy)
     if sp_size > WORLD_SIZE:
         pytest.skip(f"Ulysses degree {sp_size} needs {sp_size} ranks; {WORLD_SIZE} on {DEVICE}")
-    model_path = create_actor_model(tmp_path, tiny_qwen3())
+    model_path = create_actor_model(tmp_path, config())
     # verl's engine builds the model with flash_attention_2 unless told otherwise; enginery has its own attention
     # and takes verl's model config as verl's test writes it.
     attention = "sdpa" if strategy in engine_ports_worker.VERL_STRATEGIES else None
