@@ -17,6 +17,10 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
   if (micro_batch.has("position_ids")) inputs.position_ids = micro_batch.at("position_ids").to(device_);
   inputs.remove_padding = args_.model.use_remove_padding;
   inputs.sequence_parallel = ulysses_.sequence.get();  // null without Ulysses (ulysses.h)
+  if (ulysses_.sequence) {
+    check_groups_share_micro_batch(inputs.input_ids, inputs.attention_mask, world_collectives(), ulysses_size_,
+                                   "engine." + args_.engine.strategy + "." + kUlyssesSize);
+  }
   models::HeadOptions head;
   head.compute_entropy = ctx.calculate_entropy;
   head.temperature = batch_temperature(micro_batch);

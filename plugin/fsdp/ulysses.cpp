@@ -54,6 +54,33 @@ torch::Tensor UlyssesGroup::all_gather(const torch::Tensor& in) const {
   return out;
 }
 
+void check_groups_share_micro_batch(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                    const Collectives& world, int64_t size, const std::string& key) {
+  // Sums weighted by the column catch a row or token moved as well as a changed one; exact in fp64 for any batch
+  // whose ids * columns stay below 2^53.
+  torch::NoGradGuard no_grad;
+  const auto ids = input_ids.to(torch::kDouble), mask = attention_mask.to(torch::kDouble);
+  const auto column = torch::arange(1, ids.size(1) + 1, ids.options());
+  auto mine = torch::stack({torch::scalar_tensor(static_cast<double>(ids.size(0)), ids.options()),
+                            torch::scalar_tensor(static_cast<double>(ids.size(1)), ids.options()), ids.sum(),
+                            (ids * column).sum(), mask.sum(), (mask * column).sum()});
+  auto all = torch::empty({world.size() * mine.numel()}, mine.options());
+  world.all_gather_into(all, mine);
+  const auto table = all.view({world.size(), mine.numel()}).cpu();
+  for (int64_t first = 0; first < world.size(); first += size) {
+    for (int64_t r = first + 1; r < first + size; ++r) {
+      if (torch::equal(table[r], table[first])) continue;
+      const bool mine_differs = world.rank() >= first && world.rank() < first + size;
+      throw EngineryError(std::string(mine_differs ? "this rank's" : "another") + " sequence group (ranks " +
+                              std::to_string(first) + " to " + std::to_string(first + size - 1) +
+                              ") holds different micro-batches on ranks " + std::to_string(first) + " and " +
+                              std::to_string(r) + ": every rank of a group must get the same rows, its " +
+                              "data-parallel rank's (get_data_parallel_rank), as verl's dispatch gives them",
+                          key + ", rank " + std::to_string(world.rank()));
+    }
+  }
+}
+
 UlyssesGroups UlyssesGroups::create(const EngineArgs& args, int64_t size) {
   const int64_t rank = args.rank, world = args.world_size;
   // The prefix keeps several engines in one process (actor and critic) apart: every rank builds its engines, and

@@ -34,6 +34,14 @@ class ENGINERY_FSDP_API UlyssesGroup : public models::SequenceParallelGroup {
   std::shared_ptr<Collectives> group_;
 };
 
+// Throws EngineryError on every rank (all of them take part: one all-gather over `world`) when the ranks of any
+// sequence group of size `size` hold different micro-batches (their shape, token ids and attention mask, by
+// checksum): each rank would train its slice of another sequence. The ranks of a group must get the same rows, their
+// data-parallel rank's.
+ENGINERY_FSDP_API void check_groups_share_micro_batch(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                                      const Collectives& world, int64_t size,
+                                                      const std::string& key);
+
 // Rank r's groups for a sequence-parallel size s: the sequence group, ranks [r / s * s, r / s * s + s) (consecutive,
 // as verl's (dp, sp) device mesh), and the data-parallel group, the ranks r' with r' % s == r % s (one rank of each
 // sequence group). Each rank builds only its own two.

@@ -33,6 +33,23 @@ TEST(Ulysses, TwoAndFourWayMatchDataParallelOnFourRanks) {
   });
 }
 
+std::string error_of(const std::function<void()>& f);
+
+// Ranks of a group given different rows (as a caller slicing by world rank would) would each train a slice of
+// another sequence: refused on every rank, before the first micro-batch computes.
+TEST(Ulysses, GroupWhoseRanksHoldDifferentRowsIsRefusedOnEveryRank) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    fsdp::FSDPEngine engine(ulysses_args(ctx, "builtin:qwen3-tiny", {"sp 2", 2}, "fp32", {}));
+    engine.initialize();
+    const Batch shared = ragged_batch(4, 16, 77);
+    EXPECT_EQ(error_of([&] { engine.forward_backward_batch(shared, loss_with_entropy, false); }), "");
+    const Batch own = ragged_batch(4, 16, 78 + ctx.rank);
+    const std::string error = error_of([&] { engine.forward_backward_batch(own, loss_with_entropy, false); });
+    EXPECT_NE(error.find("holds different micro-batches on ranks 0 and 1"), std::string::npos) << error;
+    EXPECT_NE(error.find("engine.fsdp2.ulysses_sequence_parallel_size"), std::string::npos) << error;
+  });
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
