@@ -1,10 +1,12 @@
 // qwen3_moe (models/moe.h) through the FSDP engine on 2 Gloo ranks: the experts and the router are sharded like any
 // other parameter (each decoder layer one unit) and train as the same model unsharded; packed micro-batches with
-// layer checkpointing train as padded ones; the per-tensor export yields every expert under its checkpoint name.
+// layer checkpointing train as padded ones, and so do Ulysses sequence groups (each rank routes its slice of the
+// tokens); the per-tensor export yields every expert under its checkpoint name.
 #include <gtest/gtest.h>
 
 #include "models/model_factory.h"
 #include "tests/fsdp/fsdp_test_util.h"
+#include "tests/fsdp/ulysses_test_util.h"
 #include "tests/support/multirank.h"
 
 namespace enginery {
@@ -71,6 +73,20 @@ TEST(MoeEngine, PackedWithCheckpointingTrainsAsPadded) {
     // visible difference for entries whose gradient is near zero (embedding rows of tokens seen once).
     const auto want = engine_params(padded), got = engine_params(packed);
     for (const auto& [name, p] : want) EXPECT_LE((got.at(name) - p).abs().max().item<double>(), 1e-4) << name;
+  });
+}
+
+// The router and the experts act on each token alone, so a sequence group's token slices route as the whole rows.
+// The experts' and the router's gradients hold the dense models' 1e-5; the q/k projections and norms of the last
+// two layers differ by up to 5e-5 of their largest entry (fp32 sums that cancel more in this model's attention),
+// hence the looser gradient and parameter bars.
+TEST(MoeEngine, UlyssesTwoWayMatchesDataParallel) {
+  Tolerance tol;
+  tol.grads = 1e-4;
+  tol.params = 5e-5;
+  testing::run_ranks(2, [tol](const testing::RankContext& ctx) {
+    expect_variants_match_data_parallel(ctx, kModel, {{"sp 1"}, {"sp 2", 2}, {"sp 2, checkpointing", 2, false, true}},
+                                        "fp32", tol);
   });
 }
 
