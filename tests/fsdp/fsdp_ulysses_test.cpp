@@ -25,6 +25,17 @@ TEST(Ulysses, TwoWayMatchesDataParallelOnTwoRanks) {
   });
 }
 
+// verl's critic: the value head's scores gathered over the group (llama: no tied embeddings, llama3 rope).
+TEST(Ulysses, ValueModelTwoWayMatchesDataParallelOnTwoRanks) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    Variant one{"value, sp 1"}, two{"value, sp 2", 2};
+    one.value_model = two.value_model = true;
+    Tolerance tol;
+    tol.grads = 5e-5;  // score.bias's gradient is one sum over every token, with cancellation: fp32 summation order
+    expect_variants_match_data_parallel(ctx, "builtin:llama-tiny", {one, two}, "fp32", tol);
+  });
+}
+
 // qwen2 (tied embeddings, biases): sp 2 with 2 data-parallel groups, and sp 4, where its 2 kv heads are repeated
 // so that each rank gets the one its query head reads.
 TEST(Ulysses, TwoAndFourWayMatchDataParallelOnFourRanks) {

@@ -19,6 +19,7 @@ struct Variant {
   int64_t sp = 1;
   bool dynamic = false;
   bool checkpointing = false;
+  bool value_model = false;  // verl's critic: the value head, value_loss; else the language head, loss_with_entropy
 };
 
 // How far an engine may be from the first (relative to the first's largest magnitude; params: absolute).
@@ -40,6 +41,7 @@ inline EngineArgs ulysses_args(const testing::RankContext& ctx, const std::strin
   a.engine.use_dynamic_bsz = v.dynamic;
   a.engine.max_token_len_per_gpu = 24;
   if (v.sp > 1) a.engine.backend_options[fsdp::kUlyssesSize] = std::to_string(v.sp);
+  if (v.value_model) a.model_type = "value_model";
   if (setup) setup(a);
   return a;
 }
@@ -111,7 +113,8 @@ inline void expect_variants_match_data_parallel(const testing::RankContext& ctx,
       e->optimizer_zero_grad();
       const Batch mine = rank_slice(global, static_cast<int>(e->get_data_parallel_rank()),
                                     static_cast<int>(e->get_data_parallel_size()));
-      outs.push_back(e->forward_backward_batch(mine, loss_with_entropy, /*forward_only=*/false));
+      outs.push_back(e->forward_backward_batch(mine, variants[0].value_model ? LossFn(value_loss) : loss_with_entropy,
+                                               /*forward_only=*/false));
       grads.push_back(e->local_parameters());
     }
     const std::string at = ", step " + std::to_string(step);
@@ -121,7 +124,9 @@ inline void expect_variants_match_data_parallel(const testing::RankContext& ctx,
       const auto& v = variants[i];
       const double loss = all_gather(ctx, outs[i].loss.reshape({1})).sum().item<double>() / v.sp;
       EXPECT_NEAR(loss, base_loss, tol.loss * std::abs(base_loss)) << v.name << at;
-      for (const std::string name : {"log_probs", "entropy"}) {
+      const auto names = variants[0].value_model ? std::vector<std::string>{"values"}
+                                                 : std::vector<std::string>{"log_probs", "entropy"};
+      for (const std::string& name : names) {
         const double diff = max_rel_diff(global_rows(ctx, outs[i], name, v.sp), global_rows(ctx, outs[0], name, 1));
         EXPECT_LE(diff, tol.outputs) << v.name << at << ": " << name;
       }
