@@ -37,10 +37,12 @@ TEST(Ulysses, ValueModelTwoWayMatchesDataParallelOnTwoRanks) {
 }
 
 // qwen2 (tied embeddings, biases): sp 2 with 2 data-parallel groups, and sp 4, where its 2 kv heads are repeated
-// so that each rank gets the one its query head reads.
+// so that each rank gets the one its query head reads; sp 2 with HSDP (shards within pairs, replicas across).
 TEST(Ulysses, TwoAndFourWayMatchDataParallelOnFourRanks) {
   testing::run_ranks(4, [](const testing::RankContext& ctx) {
-    expect_variants_match_data_parallel(ctx, "builtin:qwen2-tiny", {{"sp 1"}, {"sp 2", 2}, {"sp 4", 4}});
+    Variant hsdp{"sp 2, hsdp (fsdp_size 2)", 2};
+    hsdp.fsdp_size = 2;
+    expect_variants_match_data_parallel(ctx, "builtin:qwen2-tiny", {{"sp 1"}, {"sp 2", 2}, {"sp 4", 4}, hsdp});
   });
 }
 
