@@ -112,3 +112,23 @@ def test_verls_fsdp_engine_config_is_read_for_the_fields_enginery_has(tiny_model
                                  optimizer_config=optimizer_config(), backend="fsdp2", device="cpu")
     engine.initialize()
     assert engine._autocast_dtype == torch.float32
+
+
+def test_ulysses_size_is_verls_field_and_reaches_the_engine(tiny_model_dir):
+    """verl's ulysses_sequence_parallel_size: a field of enginery's config (mutable, as verl's actor config writes
+    its deprecated copy into it) and of verl's FSDPEngineConfig, handed to the engine, which refuses a size that
+    does not divide the world (one process here) by name; a backend without Ulysses (veomni) refuses it too."""
+    from verl.workers.config import FSDPEngineConfig
+    from enginery.verl import LanguageModelEngine
+    config = EngineryEngineConfig()
+    config.ulysses_sequence_parallel_size = 3
+    with pytest.raises(enginery.EngineryError, match=r"engine\.fsdp2\.ulysses_sequence_parallel_size.*allowed: 1\)"):
+        new_engine(tiny_model_dir, engine=config)
+    with pytest.raises(enginery.EngineryError, match=r"engine\.fsdp\.ulysses_sequence_parallel_size.*allowed: 1\)"):
+        LanguageModelEngine(model_config=model_config(tiny_model_dir), optimizer_config=optimizer_config(),
+                            engine_config=FSDPEngineConfig(strategy="fsdp2", ulysses_sequence_parallel_size=2),
+                            backend="fsdp", device="cpu")
+    with pytest.raises(enginery.EngineryError, match=r"ulysses_sequence_parallel_size"):
+        new_engine(tiny_model_dir, backend="enginery_veomni",
+                   engine=EngineryEngineConfig(strategy="enginery_veomni", ulysses_sequence_parallel_size=2))
+

@@ -14,6 +14,10 @@ from .config import error
 
 @dataclass
 class EngineryEngineConfig(EngineConfig):
+    # verl's actor config writes its deprecated ulysses_sequence_parallel_size into the engine config after
+    # construction, as verl's FSDPEngineConfig allows.
+    _mutable_fields = EngineConfig._mutable_fields | {"ulysses_sequence_parallel_size"}
+
     strategy: str = "enginery_fsdp2"
     fsdp_size: int = -1
     reshard_after_forward: bool = True
