@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes what both sides of the GPU benchmark read: a random-init Qwen2.5-shaped HF checkpoint (fp32,
+"""Writes what both sides of the GPU benchmark read: a random-init Qwen2.5-shaped (or Qwen3-MoE) HF checkpoint (fp32,
 save_pretrained) and an int32 token file, both from one seed, so engine and reference start from the same weights
 and see the same data."""
 import argparse
@@ -8,7 +8,7 @@ import os
 import numpy as np
 import torch
 
-from reference_fsdp2 import SHAPES
+from reference_fsdp2 import SHAPES, hf_model_class
 
 
 def main():
@@ -18,12 +18,10 @@ def main():
     ap.add_argument("--tokens", type=int, default=2 * 4096 * 64)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     torch.manual_seed(args.seed)
-    cfg = Qwen2Config(**SHAPES[args.shape], max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6)
+    cls, cfg = hf_model_class(SHAPES[args.shape])
     with torch.device("cuda"):
-        model = Qwen2ForCausalLM(cfg)
+        model = cls(cfg)
     os.makedirs(args.out_dir, exist_ok=True)
     model.save_pretrained(args.out_dir, safe_serialization=True, max_shard_size="20GB")
     rng = np.random.default_rng(args.seed)

@@ -27,19 +27,39 @@ SHAPES = {
     # with everything offloaded (bench/gpu/run_offload_bench.sh runs it only when asked).
     "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    # A small Qwen3-MoE (issue 45): Qwen3-30B-A3B's routing (8 of 128 experts would not fit the scale; 8 of 64,
+    # renormalised) and head layout at hidden 1024, every layer sparse: 0.95B parameters, 0.26B used per token
+    # (the head included).
+    "moe-1B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=16,
+                   num_key_value_heads=4, head_dim=64, vocab_size=151936, tie_word_embeddings=False,
+                   num_experts=64, num_experts_per_tok=8, moe_intermediate_size=256, norm_topk_prob=True),
 }
 PEAK_BF16_FLOPS = 989e12  # dense bf16 of an H100 SXM and an H200 alike (the MFU denominator)
 
 
 def model_flops_per_token(cfg, seq):
-    """6 * non-embedding params + attention (12 * layers * hidden * seq), as in the PaLM / llm.c MFU formula."""
+    """6 * non-embedding params + attention (12 * layers * hidden * seq), as in the PaLM / llm.c MFU formula; for a
+    MoE shape the params a token uses: its top-k experts and the router."""
     h, i, L, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    head_dim = h // heads
+    head_dim = cfg.get("head_dim", h // heads)
     attn = h * (heads * head_dim) + 2 * h * (kv * head_dim) + (heads * head_dim) * h
     mlp = 3 * h * i
+    if "num_experts" in cfg:
+        mlp = cfg["num_experts_per_tok"] * 3 * h * cfg["moe_intermediate_size"] + h * cfg["num_experts"]
     params = L * (attn + mlp) + h * v  # lm_head matmul counts (tied or not)
     return 6 * params + 12 * L * h * seq
+
+
+def hf_model_class(shape, **config):
+    """The transformers model class of a SHAPES entry and its config (with `config` added): Qwen3-MoE for the MoE
+    shapes, Qwen2 for the others."""
+    import transformers
+    config = dict(max_position_embeddings=32768, rms_norm_eps=1e-6, **config)
+    if "num_experts" in shape:
+        return transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(
+            **shape, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **config)
+    return transformers.Qwen2ForCausalLM, transformers.Qwen2Config(**shape, rope_theta=1000000.0, **config)
 
 
 def init_rank(seed):
@@ -53,16 +73,15 @@ def init_rank(seed):
 def hf_model(model_dir, shape):
     """The HF model from `model_dir` (random init of `shape` without one): fp32 master weights, sdpa attention, on
     the GPU, in training mode."""
-    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     if model_dir:
         model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32,
                                                      attn_implementation="sdpa").cuda()
     else:
-        cfg = Qwen2Config(**shape, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                          attn_implementation="sdpa", torch_dtype=torch.float32)
+        cls, cfg = hf_model_class(shape, attn_implementation="sdpa", torch_dtype=torch.float32)
         with torch.device("cuda"):
-            model = Qwen2ForCausalLM(cfg)
+            model = cls(cfg)
     model.train()  # from_pretrained returns eval mode, where transformers skips activation checkpointing
     return model
 

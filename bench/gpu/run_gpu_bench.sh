@@ -9,6 +9,10 @@
 # markdown table (make_table.py: ratios to both references) into out-dir, the table again after every run, so a
 # call cut short still leaves the rows it finished.
 #
+# The MoE row (issue 45): shape moe-1B (reference_fsdp2.py's SHAPES: Qwen3-MoE, 64 experts, 8 per token), eager
+#   reference only (the compiled recipe is written for the dense shapes) and no backend sweep:
+#   BENCH_COMPILED=0 BENCH_SWEEP= bench/gpu/run_gpu_bench.sh bench/results-moe moe-1B
+#
 # BENCH_BUDGET=1: the whole three-shape run in one ~9-minute device call: 2 warm-up + 5 timed steps, both
 #   references of a shape in one process (reference_compiled.py --eager-too: one import, one NCCL group), and no run
 #   starts after BENCH_DEADLINE seconds (default 500 here; running ones are cut at it). Shapes run in the order
