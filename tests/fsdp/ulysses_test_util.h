@@ -121,6 +121,19 @@ inline void expect_variants_match_data_parallel(const testing::RankContext& ctx,
       grads.push_back(e->local_parameters());
     }
     const std::string at = ", step " + std::to_string(step);
+    if (step == 1) {  // infer_batch (eval mode, no grad: verl's log-prob pass) on the trained weights
+      std::vector<BatchOutput> inferred;
+      for (auto& e : engines) {
+        inferred.push_back(e->infer_batch(rank_slice(global, static_cast<int>(e->get_data_parallel_rank()),
+                                                     static_cast<int>(e->get_data_parallel_size()))));
+      }
+      const std::string name = variants[0].value_model ? "values" : "log_probs";
+      for (size_t i = 1; i < engines.size(); ++i) {
+        EXPECT_LE(max_rel_diff(global_rows(ctx, inferred[i], name, variants[i].sp), global_rows(ctx, inferred[0], name, 1)),
+                  tol.outputs)
+            << variants[i].name << at << ": infer_batch " << name;
+      }
+    }
     // Each data-parallel rank reports its rows' share; a sequence group's ranks report it once each.
     const double base_loss = all_gather(ctx, outs[0].loss.reshape({1})).sum().item<double>();
     for (size_t i = 1; i < engines.size(); ++i) {
