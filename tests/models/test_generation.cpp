@@ -20,7 +20,7 @@ namespace {
 using testing::builtin;
 using testing::full_forward_logits;
 
-const std::vector<std::string> kArchitectures = {"llama-tiny", "qwen2-tiny", "qwen3-tiny"};
+const std::vector<std::string> kArchitectures = {"llama-tiny", "qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny"};
 
 struct Prompts {
   torch::Tensor ids, mask;  // [B, P] left-padded
