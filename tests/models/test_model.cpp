@@ -144,7 +144,7 @@ TEST(GradientCheckpointing, RecomputesWithParametersRegatheredByTheEngine) {
 }
 
 TEST(GradientCheckpointing, MlpPolicyGivesTheSameGradients) {
-  for (const char* name : {"llama-tiny", "qwen2-tiny", "qwen3-tiny"}) {
+  for (const char* name : {"llama-tiny", "qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny"}) {
     auto plain = builtin(name);
     auto mlp = builtin(name, "language_model", true);
     EXPECT_EQ(mlp->recompute(), Recompute::kLayer);

@@ -177,6 +177,26 @@ TEST(MoeExpertGemm, GroupedAndPaddedAgree) {
   EXPECT_EQ(w_grads[0][2].abs().max().item<float>(), 0.0f);  // expert 1 (weights 2, 3) had no rows
 }
 
+// An FSDP engine frees the gathered weights after a unit's forward and gathers them again before its backward
+// (docs/ARCHITECTURE.md, "Mixture of experts"): the backward must read the weights then, not a stacked copy kept from
+// the forward (which would also hold every layer's experts unsharded). Weights changed in place between forward and
+// backward (through .data(), as an engine writes them) give the new weights' input gradient.
+TEST(MoeExpertGemm, BackwardReadsTheWeightsAgainInsteadOfAStackedCopy) {
+  torch::manual_seed(1);
+  const auto counts = torch::tensor({2, 3}, torch::kLong);
+  for (ExpertGemm gemm : {ExpertGemm::kGrouped, ExpertGemm::kPadded}) {
+    auto x = torch::randn({5, 8}).requires_grad_(true);
+    std::vector<torch::Tensor> w{torch::randn({4, 8}).requires_grad_(true), torch::randn({4, 8}).requires_grad_(true)};
+    auto y = expert_linear(x, counts, w, 1, gemm);
+    for (auto& t : w) t.data().mul_(2.0);
+    const auto gy = torch::randn({5, 4});
+    (y * gy).sum().backward();
+    const auto want = torch::cat({torch::matmul(gy.narrow(0, 0, 2), w[0].detach()),
+                                  torch::matmul(gy.narrow(0, 2, 3), w[1].detach())});
+    EXPECT_LE(max_diff(x.grad(), want), 1e-5) << (gemm == ExpertGemm::kGrouped ? "grouped" : "padded");
+  }
+}
+
 TEST(MoeRouter, LoadBalancingLossMatchesTransformers) {
   const auto j = read_json(data_dir("hf_qwen3_moe") + "/expected.json")["aux_loss"];
   std::vector<torch::Tensor> logits;
