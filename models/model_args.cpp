@@ -208,17 +208,25 @@ MoeArgs read_moe(const Reader& r, int64_t layers) {
     m.num_experts = local;
   }
   if (m.num_experts == 0) return m;
-  m.num_experts_per_tok = r.int_in("num_experts_per_tok", std::min<int64_t>(8, m.num_experts), 1, m.num_experts);
+  // transformers' default of 8 applies whatever num_experts is: with fewer experts its top-k fails, so it is refused.
+  m.num_experts_per_tok = r.int_in("num_experts_per_tok", 8, 1, kMaxExperts);
+  if (m.num_experts_per_tok > m.num_experts) {
+    throw EngineryError("num_experts_per_tok (" + std::to_string(m.num_experts_per_tok) + ", " +
+                            (r.has("num_experts_per_tok") ? "given" : "transformers' default") +
+                            ") is more than the " + std::to_string(m.num_experts) + " experts",
+                        r.where + ": num_experts_per_tok", int_range(1, m.num_experts));
+  }
   m.moe_intermediate_size = r.int_in("moe_intermediate_size", 768, 1, kMaxIntermediate);
   m.norm_topk_prob = r.bool_field("norm_topk_prob", false);
   m.decoder_sparse_step = r.int_in("decoder_sparse_step", 1, 1, kMaxLayers);
+  // An index that names no layer changes nothing in transformers, so it loads here too (a config cut to fewer
+  // layers keeps its list); anything but a list of integers is refused.
   if (r.has("mlp_only_layers")) {
     const json& list = r.j.at("mlp_only_layers");
-    const std::string allowed = "a list of layer indices, each " + int_range(0, layers - 1);
+    const std::string allowed = "a list of layer indices (those in " + int_range(0, layers - 1) + " are dense)";
     if (!list.is_array()) throw EngineryError("field 'mlp_only_layers' must be a list", r.where + ": mlp_only_layers", allowed);
     for (const json& v : list) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= layers ||
-          (v.is_number_unsigned() && v.get<uint64_t>() >= static_cast<uint64_t>(layers))) {
+      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMaxLayers))) {
         throw EngineryError("field 'mlp_only_layers' holds " + v.dump() + ", not a layer index",
                             r.where + ": mlp_only_layers", allowed);
       }

@@ -249,9 +249,11 @@ TEST(MoeConfig, RefusesFieldsThatChangeTheMathByName) {
   EXPECT_NE(refusal(R"(, "num_experts": 4, "num_experts_per_tok": 5)")
                 .find("config.json: num_experts_per_tok | an integer in [1, 4]"),
             std::string::npos);
-  EXPECT_NE(refusal(R"(, "mlp_only_layers": [2])")
-                .find("config.json: mlp_only_layers | a list of layer indices, each an integer in [0, 1]"),
+  EXPECT_NE(refusal(R"(, "num_experts": 4)").find("(8, transformers' default) is more than the 4 experts"),
             std::string::npos);
+  EXPECT_NE(refusal(R"(, "mlp_only_layers": [1.5])").find("config.json: mlp_only_layers | a list of layer indices"),
+            std::string::npos);
+  EXPECT_EQ(refusal(R"(, "num_experts": 8, "mlp_only_layers": [7])"), "accepted");  // as transformers: no effect
   EXPECT_NE(refusal(R"(, "mlp_only_layers": 1)").find("must be a list"), std::string::npos);
   EXPECT_NE(refusal(R"(, "router_aux_loss_coef": -1)").find("router_aux_loss_coef"), std::string::npos);
   EXPECT_NE(refusal(R"(, "decoder_sparse_step": 0)").find("decoder_sparse_step"), std::string::npos);
