@@ -8,7 +8,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
-from reference_fsdp2 import SHAPES  # noqa: E402  (Qwen2.5's released shapes, shared with bench/gpu)
+from reference_fsdp2 import SHAPES as GPU_BENCH_SHAPES  # noqa: E402  (shared with bench/gpu)
+
+# The dense Qwen2.5 shapes: this benchmark writes a Qwen2 checkpoint (an MoE shape of bench/gpu is not one).
+SHAPES = {name: shape for name, shape in GPU_BENCH_SHAPES.items() if "num_experts" not in shape}
 
 
 def model_shape(args):
