@@ -11,6 +11,7 @@
 #include "launch/world_group.h"
 #include "registry/plugin_loader.h"
 #include "support/torch_compat.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace bench {
@@ -98,7 +99,7 @@ StepLog run_steps(BaseEngine& engine, const std::function<Batch(int64_t)>& batch
     Batch batch = batch_for_step(step);
     compat::device_synchronize(device);
     const auto t0 = std::chrono::steady_clock::now();
-    BatchOutput result = engine.train_batch(batch, loss);
+    BatchOutput result = train_batch(engine, batch, loss);
     const double value = result.loss.item<double>();  // the step's only host sync, after the step
     compat::device_synchronize(device);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

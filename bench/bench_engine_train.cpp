@@ -16,6 +16,7 @@
 
 #if defined(ENGINERY_WITH_CUDA) && __has_include(<torch/csrc/autograd/profiler_kineto.h>)
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include "engine_driver/step_loop.h"
 #define ENGINERY_BENCH_KINETO 1
 #endif
 
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
     prof::enableProfiler(config, activities);
     {
       RECORD_USER_SCOPE("bench::train_batch");
-      auto result = engine->train_batch(batch, sft);
+      auto result = train_batch(*engine, batch, sft);
       compat::device_synchronize(torch_device);
     }
     auto trace = prof::disableProfiler();

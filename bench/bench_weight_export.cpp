@@ -18,6 +18,7 @@
 #include "bench/bench_common.h"
 #include "host_api/weight_export.h"
 #include "support/torch_compat.h"
+#include "engine_driver/weight_export.h"
 
 namespace {
 
@@ -76,9 +77,9 @@ int main(int argc, char** argv) {
     std::function<Drained(bool checksum)> run;
   };
   const std::vector<Mode> modes = {
-      {"stream_bf16", [&](bool c) { return drain_stream(*engine->weight_stream(c10::kBFloat16), c); }},
-      {"stream_fp32", [&](bool c) { return drain_stream(*engine->weight_stream(c10::kFloat), c); }},
-      {"buckets_bf16", [&](bool c) { return drain_buckets(engine->weight_stream(c10::kBFloat16), bucket_mb << 20, c); }},
+      {"stream_bf16", [&](bool c) { return drain_stream(*weight_stream(*engine, c10::kBFloat16), c); }},
+      {"stream_fp32", [&](bool c) { return drain_stream(*weight_stream(*engine, c10::kFloat), c); }},
+      {"buckets_bf16", [&](bool c) { return drain_buckets(weight_stream(*engine, c10::kBFloat16), bucket_mb << 20, c); }},
   };
   for (const auto& mode : modes) {
     const Drained checked = mode.run(/*checksum=*/true);  // also the warm-up

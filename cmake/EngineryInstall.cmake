@@ -4,14 +4,14 @@
 #   find_package(enginery 0.1 REQUIRED)
 #   enginery_add_plugin(my_plugin SOURCES my_engine.cpp MANIFEST plugin.toml.in)
 #
-# Installed: include/enginery/{host_api,support,launch,registry,models,kernels}/*.h,
-# lib/libenginery_{host_api,support,launch,registry,models,kernels}.so,
+# Installed: include/enginery/{host_api,engine_driver,support,launch,registry,models,kernels}/*.h,
+# lib/libenginery_{host_api,engine_driver,support,launch,registry,models,kernels}.so,
 # lib/cmake/enginery/{engineryConfig,engineryConfigVersion,engineryTargets,EngineryPlugin,
 # EngineryRenderManifest}.cmake, and the SDK's documents in share/doc/enginery/: PLUGIN_GUIDE.md (with the 1.x ->
 # 2.x migration), CONFORMANCE.md (conformance/README.md) and examples/plugin/ (the example plugin's sources, which
 # build from there). Imported targets: enginery::torch (LibTorch as this build used it, C++17 as a usage
-# requirement), enginery::host_api (the contract), enginery::support, enginery::launch, enginery::registry,
-# enginery::models, enginery::kernels (which models links). The fsdp plugin's headers are not installed: its
+# requirement), enginery::host_api (the contract), enginery::engine_driver (what hosts drive engines with),
+# enginery::support, enginery::launch, enginery::registry, enginery::models, enginery::kernels (which models links). The fsdp plugin's headers are not installed: its
 # classes are private (docs/PLUGIN_GUIDE.md).
 include(CMakePackageConfigHelpers)
 
@@ -19,6 +19,7 @@ set(ENGINERY_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/enginery)
 
 set_target_properties(enginery_torch PROPERTIES EXPORT_NAME torch)
 set_target_properties(enginery_host_api PROPERTIES EXPORT_NAME host_api)
+set_target_properties(enginery_engine_driver PROPERTIES EXPORT_NAME engine_driver)
 set_target_properties(enginery_launch PROPERTIES EXPORT_NAME launch)
 set_target_properties(enginery_registry PROPERTIES EXPORT_NAME registry)
 set_target_properties(enginery_support PROPERTIES EXPORT_NAME support)

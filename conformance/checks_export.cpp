@@ -13,6 +13,8 @@
 #include "conformance/target.h"
 #include "host_api/shard_export.h"
 #include "host_api/weight_export.h"
+#include "engine_driver/step_loop.h"
+#include "engine_driver/weight_export.h"
 
 namespace enginery {
 namespace conformance {
@@ -34,13 +36,13 @@ std::map<std::string, torch::Tensor> drain(WeightStream& stream, size_t& groups)
 
 void check_weight_export(const Target& target) {
   auto engine = make_engine(target, EngineSpec{});
-  engine->train_batch(make_batch(target), token_mean_loss(target));  // weights that are not the initial ones
+  train_batch(*engine, make_batch(target), token_mean_loss(target));  // weights that are not the initial ones
   std::map<std::string, torch::Tensor> want;
   for (const auto& [name, t] : read_params(*engine)) want[name] = t.to(torch::kFloat);
 
   for (const auto dtype : {c10::kFloat, c10::kBFloat16}) {
     size_t groups = 0;
-    const auto got = drain(*engine->weight_stream(dtype), groups);
+    const auto got = drain(*weight_stream(*engine, dtype), groups);
     EXPECT_EQ(got.size(), want.size()) << c10::toString(dtype) << ": tensors streamed";
     for (const auto& [name, t] : want) {
       auto it = got.find(name);
@@ -55,7 +57,7 @@ void check_weight_export(const Target& target) {
     if (target.has("weight-export")) EXPECT_GT(groups, 1u) << "a native stream gathers one unit per group";
   }
 
-  WeightBucketer bucketer(engine->weight_stream(c10::kBFloat16), /*bucket_bytes=*/1 << 16);
+  WeightBucketer bucketer(weight_stream(*engine, c10::kBFloat16), /*bucket_bytes=*/1 << 16);
   WeightBucket bucket;
   size_t located = 0;
   while (bucketer.next(bucket)) {
@@ -71,7 +73,7 @@ void check_weight_export(const Target& target) {
 
 void check_shard_export(const Target& target) {
   auto engine = make_engine(target, EngineSpec{});
-  engine->train_batch(make_batch(target), token_mean_loss(target));
+  train_batch(*engine, make_batch(target), token_mean_loss(target));
   auto* exporter = dynamic_cast<ShardExportingEngine*>(engine.get());
   ASSERT_NE(exporter, nullptr) << "declares 'shard-export' but does not derive from ShardExportingEngine";
   const ShardPlacement placement = exporter->shard_placement();

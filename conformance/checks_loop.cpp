@@ -8,6 +8,7 @@
 #include "conformance/data.h"
 #include "conformance/engine_setup.h"
 #include "conformance/target.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace conformance {
@@ -96,8 +97,8 @@ void check_shared_loop_agrees(const Target& target) {
     SCOPED_TRACE(forward_only ? "forward_only" : "with backward");
     engine->optimizer_zero_grad();
     reference.optimizer_zero_grad();
-    const BatchOutput a = engine->forward_backward_batch(batch, loss, forward_only);
-    const BatchOutput b = reference.forward_backward_batch(batch, loss, forward_only);
+    const BatchOutput a = forward_backward_batch(*engine, batch, loss, forward_only);
+    const BatchOutput b = forward_backward_batch(reference, batch, loss, forward_only);
     ASSERT_TRUE(a.loss.defined());
     EXPECT_NEAR(a.loss.item<double>(), b.loss.item<double>(), 1e-5 * std::abs(b.loss.item<double>()) + 1e-7);
     ASSERT_EQ(a.metrics.size(), b.metrics.size());
@@ -148,8 +149,8 @@ void check_remove_padding_agrees(const Target& target) {
   const Batch right = make_batch(target);
   for (const Batch& batch : {right, left_padded(right)}) {
     SCOPED_TRACE(&batch == &right ? "right padded" : "left padded");
-    const BatchOutput x = a->train_batch(batch, loss);
-    const BatchOutput y = b->train_batch(batch, loss);
+    const BatchOutput x = train_batch(*a, batch, loss);
+    const BatchOutput y = train_batch(*b, batch, loss);
     EXPECT_NEAR(y.loss.item<double>(), x.loss.item<double>(), 1e-5 * std::abs(x.loss.item<double>()) + 1e-7);
     EXPECT_NEAR(y.grad_norm.item<double>(), x.grad_norm.item<double>(), 1e-5 * x.grad_norm.item<double>());
     const std::string head = head_name(target);

@@ -5,9 +5,10 @@
 #include "conformance/data.h"
 #include "conformance/engine_setup.h"
 #include "conformance/target.h"
-#include "host_api/config_support.h"
+#include "engine_driver/config_checks.h"
 #include "host_api/error.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace conformance {
@@ -64,7 +65,7 @@ ForwardBounds bounds_of(const std::string& dtype) {
 }
 
 torch::Tensor forward_head(const Target& target, BaseEngine& engine, const Batch& batch) {
-  return head_of(target, engine.infer_batch(batch, token_mean_loss(target))).to(torch::kCPU);
+  return head_of(target, infer_batch(engine, batch, token_mean_loss(target))).to(torch::kCPU);
 }
 
 void check_forward_dtype(const Target& target, const std::string& dtype) {

@@ -17,8 +17,10 @@
 #include "conformance/hf_fixture.h"
 #include "conformance/target.h"
 #include "host_api/error.h"
-#include "host_api/mode_offload.h"
+#include "engine_driver/mode_offload.h"
 #include "host_api/train_state.h"
+#include "engine_driver/step_loop.h"
+#include "engine_driver/mode_guard.h"
 
 namespace enginery {
 namespace conformance {
@@ -40,7 +42,7 @@ StepResult scaler_state(BaseEngine& engine, StepResult result = {}) {
 }
 
 StepResult step(BaseEngine& engine, const Batch& batch, const LossFn& loss) {
-  BatchOutput out = engine.train_batch(batch, loss);
+  BatchOutput out = train_batch(engine, batch, loss);
   StepResult result;
   result.loss = out.loss.item<double>();
   result.grad_norm = out.grad_norm.item<double>();
@@ -110,7 +112,7 @@ void check_offload(const Target& target) {
   const torch::Device home(target.key.device);
   moved->to(torch::kCPU);
   if (!home.is_cpu()) {
-    EXPECT_THROW(moved->train_batch(next_batch, loss), EngineryError) << "a step while offloaded to cpu ran";
+    EXPECT_THROW(train_batch(*moved, next_batch, loss), EngineryError) << "a step while offloaded to cpu ran";
   }
   moved->to(home);
   expect_same_step(step(*moved, next_batch, loss), step(*stayed, next_batch, loss), "the step after to(cpu) -> to(" +
@@ -133,16 +135,16 @@ void check_offload_modes(const Target& target) {
   const LossFn loss = token_mean_loss(target);
   const Batch batch = make_batch(target);
   if (!torch::Device(target.key.device).is_cpu()) {
-    EXPECT_THROW(moving->train_batch(batch, loss), EngineryError) << "a step outside the modes ran on the device";
+    EXPECT_THROW(train_batch(*moving, batch, loss), EngineryError) << "a step outside the modes ran on the device";
   }
   for (const Batch& b : {batch, make_batch(target, 4, 16, 777)}) {
     StepResult got;
     {
-      auto mode = moving->train_mode();
+      auto mode = train_mode(*moving);
       got = step(*moving, b, loss);
     }
     expect_same_step(got, step(*stayed, b, loss), "a step in train_mode() with offload_outside_modes");
-    const BatchOutput inferred = moving->infer_batch(b, loss), want = stayed->infer_batch(b, loss);
+    const BatchOutput inferred = infer_batch(*moving, b, loss), want = infer_batch(*stayed, b, loss);
     EXPECT_EQ(inferred.loss.item<double>(), want.loss.item<double>()) << "infer_batch with offload_outside_modes";
   }
 }
@@ -198,7 +200,7 @@ void check_train_state(const Target& target) {
   std::map<std::string, torch::Tensor> full;
   for (const auto& [name, t] : read_params(*engine)) full[name] = t.to(torch::kFloat).reshape({-1});
 
-  engine->forward_backward_batch(make_batch(target), token_mean_loss(target), /*forward_only=*/false);
+  forward_backward_batch(*engine, make_batch(target), token_mean_loss(target), /*forward_only=*/false);
   double grad_sq = 0;
   size_t seen = 0;
   for (const LocalParameter& piece : state->local_parameters()) {
@@ -224,7 +226,7 @@ void check_train_state(const Target& target) {
   const OptimizerHyperparameters back = state->optimizer_hyperparameters();
   EXPECT_EQ(std::make_tuple(back.lr, back.beta1, back.eps, back.weight_decay), std::make_tuple(0.0, 0.8, 1e-7, 0.0));
   const ParamList before = read_params(*engine);
-  engine->train_batch(make_batch(target), token_mean_loss(target));
+  train_batch(*engine, make_batch(target), token_mean_loss(target));
   EXPECT_EQ(diff_params(read_params(*engine), before), "") << "a step at lr 0 without weight decay";
   h.beta2 = 1.0;
   EXPECT_THROW(state->set_optimizer_hyperparameters(h), EngineryError) << "beta2 = 1 accepted";

@@ -10,6 +10,8 @@
 #include "conformance/engine_setup.h"
 #include "conformance/target.h"
 #include "host_api/error.h"
+#include "engine_driver/step_loop.h"
+#include "engine_driver/mode_guard.h"
 
 namespace enginery {
 namespace conformance {
@@ -25,7 +27,7 @@ void check_train_lowers_loss(const Target& target, const std::string& dtype) {
   const LossFn loss = token_mean_loss(target);
   std::vector<double> losses;
   for (int step = 0; step < kTrainSteps; ++step) {
-    BatchOutput out = engine->train_batch(batch, loss);
+    BatchOutput out = train_batch(*engine, batch, loss);
     ASSERT_TRUE(out.loss.defined() && out.grad_norm.defined()) << "step " << step << ": no loss or grad norm";
     const double value = out.loss.item<double>();
     const double norm = out.grad_norm.item<double>();
@@ -49,7 +51,7 @@ void check_output_contract(const Target& target) {
   spec.micro_batch_size = 1;  // four micro-batches with four different token counts
   auto engine = make_engine(target, spec);
   const Batch batch = make_batch(target);
-  BatchOutput out = engine->infer_batch(batch, token_mean_loss(target));
+  BatchOutput out = infer_batch(*engine, batch, token_mean_loss(target));
   torch::Tensor head = head_of(target, out);
   ASSERT_EQ(head.sizes(), batch.at("input_ids").sizes()) << head_name(target) << " must be [batch, seq]";
   ASSERT_EQ(head.scalar_type(), torch::kFloat);
@@ -66,7 +68,7 @@ void check_output_contract(const Target& target) {
   const double expected = reference_mean_loss(target, head, batch);
   EXPECT_NEAR(out.loss.item<double>(), expected, 1e-5 * std::abs(expected))
       << "BatchOutput.loss is not the token mean over the whole batch";
-  BatchOutput backward = engine->forward_backward_batch(batch, token_mean_loss(target), /*forward_only=*/false);
+  BatchOutput backward = forward_backward_batch(*engine, batch, token_mean_loss(target), /*forward_only=*/false);
   EXPECT_NEAR(backward.loss.item<double>(), expected, 1e-5 * std::abs(expected)) << "with backward";
   engine->optimizer_zero_grad();
 }
@@ -75,9 +77,9 @@ void check_infer_equals_forward_only(const Target& target) {
   auto engine = make_engine(target, EngineSpec{});
   const Batch batch = make_batch(target);
   const LossFn loss = token_mean_loss(target);
-  BatchOutput inferred = engine->infer_batch(batch, loss);
-  BatchOutput forward_only = engine->forward_backward_batch(batch, loss, /*forward_only=*/true);
-  BatchOutput no_loss = engine->infer_batch(batch);
+  BatchOutput inferred = infer_batch(*engine, batch, loss);
+  BatchOutput forward_only = forward_backward_batch(*engine, batch, loss, /*forward_only=*/true);
+  BatchOutput no_loss = infer_batch(*engine, batch);
   auto reference = head_of(target, forward_only);
   EXPECT_TRUE(torch::equal(head_of(target, inferred), reference))
       << "max diff " << max_abs_diff(head_of(target, inferred), reference);
@@ -101,7 +103,7 @@ torch::Tensor last_token_log_prob_gap(const Target& target, BaseEngine& engine, 
   auto at_last = [&](const BatchOutput& out) {
     return head_of(target, out).to(torch::kCPU).to(torch::kDouble).gather(1, last.to(torch::kCPU).unsqueeze(1));
   };
-  return at_last(engine.infer_batch(a)) - at_last(engine.infer_batch(b));
+  return at_last(infer_batch(engine, a)) - at_last(infer_batch(engine, b));
 }
 
 void check_temperature(const Target& target) {
@@ -122,7 +124,7 @@ void check_temperature(const Target& target) {
   Batch bad = with_a;
   bad.set_meta("temperature", 0.0);
   try {
-    engine->infer_batch(bad);
+    infer_batch(*engine, bad);
     ADD_FAILURE() << "temperature 0 was accepted";
   } catch (const EngineryError& e) {
     EXPECT_NE(std::string(e.what()).find("temperature"), std::string::npos) << e.what();
@@ -137,17 +139,17 @@ void check_eval_mode(const Target& target) {
   const bool initial = engine->is_training();
   engine->optimizer_zero_grad();
   {
-    auto eval = engine->eval_mode();
+    auto eval = eval_mode(*engine);
     EXPECT_FALSE(engine->is_training());
     {
-      auto train = engine->train_mode();
+      auto train = train_mode(*engine);
       EXPECT_TRUE(engine->is_training());
     }
     EXPECT_FALSE(engine->is_training()) << "train_mode()'s guard did not restore eval mode";
-    engine->forward_backward_batch(batch, loss, /*forward_only=*/true);
+    forward_backward_batch(*engine, batch, loss, /*forward_only=*/true);
   }
   EXPECT_EQ(engine->is_training(), initial) << "eval_mode()'s guard did not restore the mode";
-  engine->infer_batch(batch, loss);
+  infer_batch(*engine, batch, loss);
   EXPECT_EQ(engine->is_training(), initial) << "infer_batch changed the mode";
   EXPECT_EQ(diff_params(read_params(*engine), before), "") << "a forward-only pass changed parameters";
   // No gradient may be left behind: the norm of what a step would apply is exactly zero.
@@ -164,7 +166,7 @@ void check_grad_accumulation(const Target& target) {
   const LossFn loss = fixed_normaliser_loss(target, target_tokens(batch));
   auto norm_after = [&](const std::vector<Batch>& calls) {
     engine->optimizer_zero_grad();
-    for (const Batch& part : calls) engine->forward_backward_batch(part, loss, /*forward_only=*/false);
+    for (const Batch& part : calls) forward_backward_batch(*engine, part, loss, /*forward_only=*/false);
     return engine->optimizer_step().item<double>();
   };
   const double once = norm_after({batch});
@@ -186,7 +188,7 @@ void check_non_finite(const Target& target, const std::string& dtype) {
   const ParamList before = read_params(*engine);
   const double initial_scale = engine->grad_scaler() ? engine->grad_scaler()->current_scale() : 0.0;
 
-  BatchOutput poisoned = engine->train_batch(batch, scaled_loss(loss, std::numeric_limits<double>::quiet_NaN()));
+  BatchOutput poisoned = train_batch(*engine, batch, scaled_loss(loss, std::numeric_limits<double>::quiet_NaN()));
   ASSERT_TRUE(poisoned.grad_norm.defined()) << "train_batch reported no grad norm";
   EXPECT_FALSE(std::isfinite(poisoned.grad_norm.item<double>())) << "a NaN loss gave a finite grad norm";
   EXPECT_EQ(diff_params(read_params(*engine), before), "") << "the skipped step changed parameters";
@@ -197,13 +199,13 @@ void check_non_finite(const Target& target, const std::string& dtype) {
   }
 
   // The next good step must be the step a fresh engine takes: the skipped one left no optimizer state behind.
-  BatchOutput good = engine->train_batch(batch, loss);
+  BatchOutput good = train_batch(*engine, batch, loss);
   ASSERT_TRUE(std::isfinite(good.grad_norm.item<double>())) << "the step after a skipped one is not finite";
   const ParamList after = read_params(*engine);
   ASSERT_TRUE(all_finite(after));
   EXPECT_NE(diff_params(after, before), "") << "the good step changed nothing";
   auto fresh = make_engine(target, spec);
-  fresh->train_batch(batch, loss);
+  train_batch(*fresh, batch, loss);
   const double tolerance = dtype == "fp32" ? 0.0 : 1e-6;  // a backed-off scale rounds fp16 grads differently
   EXPECT_EQ(diff_params(after, read_params(*fresh), tolerance, tolerance), "")
       << "the step after a skipped one differs from a fresh engine's first step";

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "host_api/error.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "launch/world_group.h"
 #include "support/torch_compat.h"
 

@@ -8,6 +8,7 @@
 #include "host_api/error.h"
 #include "launch/rank_env.h"
 #include "registry/plugin_loader.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace conformance {
@@ -18,7 +19,7 @@ ParamList parity_run(BaseEngine& engine, const Target& target, int64_t rank, int
   const Batch local = batch.slice(rank * rows, (rank + 1) * rows);
   const LossFn loss = token_mean_loss(target);
   std::vector<double> norms;
-  for (int step = 0; step < kParitySteps; ++step) norms.push_back(engine.train_batch(local, loss).grad_norm.item<double>());
+  for (int step = 0; step < kParitySteps; ++step) norms.push_back(train_batch(engine, local, loss).grad_norm.item<double>());
   ParamList result = read_params(engine);
   for (size_t i = 0; i < norms.size(); ++i) {
     result.emplace_back("grad_norm." + std::to_string(i), torch::tensor({norms[i]}, torch::kDouble));

@@ -1,4 +1,4 @@
-#include "host_api/batch_check.h"
+#include "engine_driver/batch_check.h"
 
 #include <cstdio>
 #include <functional>

@@ -1,10 +1,10 @@
-#include "host_api/config_support.h"
+#include "engine_driver/config_checks.h"
 
 #include <algorithm>
 
 #include "host_api/base_engine.h"
 #include "host_api/error.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 
 namespace enginery {
 namespace {

@@ -1,4 +1,4 @@
-#include "host_api/micro_batch_plan.h"
+#include "engine_driver/micro_batch_plan.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "host_api/mode_offload.h"
+#include "engine_driver/mode_offload.h"
 
 #include "host_api/error.h"
 

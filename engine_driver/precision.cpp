@@ -1,4 +1,4 @@
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 
 #include "host_api/error.h"
 

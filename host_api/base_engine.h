@@ -10,7 +10,6 @@
 #include <string>
 
 #include "host_api/batch.h"
-#include "host_api/batch_check.h"
 #include "host_api/comm_group.h"
 #include "host_api/config.h"
 #include "host_api/grad_scaler.h"
@@ -80,42 +79,7 @@ class BaseEngine {
 
   virtual void initialize() = 0;
 
-  // RAII mode switch: the previous mode comes back when the guard dies. With `[engine.<backend>]
-  // offload_outside_modes = true` (host_api/mode_offload.h) the outermost guard also moves state as verl's contexts
-  // do: train_mode() brings the model, optimizer and gradients to device(), eval_mode() the model, and the guard's
-  // end sends back what its start brought; nested guards move nothing (docs/ARCHITECTURE.md, "The contract").
-  class ModeGuard {
-   public:
-    ModeGuard(BaseEngine* engine, bool previous_training);
-    ModeGuard(ModeGuard&& other) noexcept;
-    ModeGuard& operator=(ModeGuard&&) = delete;
-    ~ModeGuard();
-
-   private:
-    friend class BaseEngine;
-    BaseEngine* engine_;
-    bool previous_training_;
-    uint8_t brought_ = 0;  // the parts this guard brought to device() (bits, base_engine.cpp); in what was padding
-  };
-  ModeGuard train_mode();
-  ModeGuard eval_mode();
   bool is_training() const { return training_; }
-
-  // The host's micro-batch loop, the same for every engine (docs/ARCHITECTURE.md, "One step"): checks the batch
-  // (host_api/batch_check.h; every rank stops when one refuses its batch, and when a loss function is given but no
-  // rank has a target token), splits it by engine.micro_batch_size_per_gpu, counts the target tokens of all ranks
-  // once (loss_mask[:, 1:], checked that every rank has as many micro-batches), runs forward_step on each, sums the
-  // losses, averages the metrics and concatenates the outputs in order. Collective. `limits`: what the host knows
-  // of the model (the vocabulary the token ids are checked against); without, ids are checked >= 0 only.
-  BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only);
-  BatchOutput forward_backward_batch(const Batch& batch, const LossFn& loss_fn, bool forward_only,
-                                     const BatchLimits& limits);
-  // zero grad -> forward_backward_batch -> optimizer_step -> lr_scheduler_step.
-  BatchOutput train_batch(const Batch& batch, const LossFn& loss_fn);
-  BatchOutput train_batch(const Batch& batch, const LossFn& loss_fn, const BatchLimits& limits);
-  // forward_only under eval mode and no-grad; loss_fn may be empty.
-  BatchOutput infer_batch(const Batch& batch, const LossFn& loss_fn = {});
-  BatchOutput infer_batch(const Batch& batch, const LossFn& loss_fn, const BatchLimits& limits);
 
   virtual void optimizer_zero_grad() = 0;
   // Returns the global grad norm before clipping (a 0-dim tensor on the engine's device). Non-finite: the step
@@ -126,12 +90,6 @@ class BaseEngine {
   // Full (unsharded) tensors by Hugging Face name, one at a time; collective: every rank must call it.
   virtual void get_per_tensor_param(
       const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) = 0;
-
-  // The same tensors as a stream in `dtype`, one group at a time (host_api/weight_export.h): what a rollout engine
-  // consumes. Engines deriving from WeightExportingEngine gather one unit per group in `dtype` (the cast happens on
-  // the shards, before the all-gather); any other engine yields everything get_per_tensor_param gives as one group.
-  // Collective: every rank iterates the stream to its end.
-  std::unique_ptr<WeightStream> weight_stream(c10::ScalarType dtype);
 
   virtual void save_checkpoint(const std::string& path, int64_t global_step, int64_t max_ckpt_to_keep) = 0;
   virtual void load_checkpoint(const std::string& path) = 0;
@@ -159,8 +117,8 @@ class BaseEngine {
   GradScaler* grad_scaler() const { return scaler_.get(); }
 
  protected:
-  // One micro-batch: forward under autocast_dtype(), the loss (when loss_fn is set), and unless forward_only the
-  // backward of the scaled loss. `ctx` says which micro-batch of how many this is (an FSDP engine reduces
+  // One micro-batch, called by the host's loop (engine_driver/step_loop.h): forward under autocast_dtype(), the
+  // loss (when loss_fn is set), and unless forward_only the backward of the scaled loss. `ctx` says which micro-batch of how many this is (an FSDP engine reduces
   // gradients after the last only).
   virtual MicroBatchResult forward_step(const Batch& micro_batch, const LossFn& loss_fn, const LossContext& ctx,
                                         bool forward_only) = 0;
@@ -172,11 +130,11 @@ class BaseEngine {
   void set_precision(const Precision& precision, std::unique_ptr<GradScaler> scaler, ScalerMode configured);
 
  private:
-  ModeGuard enter_mode(bool training);
+  friend struct EngineAccess;  // the host's driver (engine_driver/engine_access.h): the loop and the mode guards
 
   Precision precision_;
-  // 2.3. Sits in the padding between precision_ (3 bytes) and scaler_ (8-aligned): BaseEngine's size and every
-  // offset a 2.0 plugin's engine was compiled against stay the same (a derived class may reuse a base's tail
+  // The mode guards open on this engine (engine_driver/mode_guard.h). 2.3. Sits in the padding between precision_
+  // (3 bytes) and scaler_ (8-aligned): BaseEngine's size and every offset a 2.0 plugin's engine was compiled against stay the same (a derived class may reuse a base's tail
   // padding, never its interior padding). base_engine.cpp asserts the size.
   uint16_t open_modes_ = 0;
   std::unique_ptr<GradScaler> scaler_;

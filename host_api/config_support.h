@@ -4,19 +4,15 @@
 // does not implement, naming the key, the engine and what it does support. A key is never accepted and ignored.
 //
 // A value equal to the default of host_api/config.h is what every engine implements, so only departures from the
-// defaults are checked. The same table of knobs drives the conformance suite: for every knob an engine does not
-// declare, it sets the knob's example value and expects the refusal.
+// defaults are checked (engine_driver/config_checks.h holds the checks).
 #include <c10/core/ScalarType.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "host_api/config.h"
 
 namespace enginery {
-
-struct EngineArgs;
 
 struct ConfigSupport {
   // engine.mixed_precision.*: the dtypes the engine computes / reduces / keeps buffers in.
@@ -41,23 +37,5 @@ struct ConfigSupport {
   bool checkpoint_content_subsets = false;
   std::vector<std::string> backend_options;  // key names accepted in [engine.<backend>]
 };
-
-// One configurable behaviour an engine may or may not implement.
-struct ConfigKnob {
-  std::string key;  // the dotted config key, e.g. "engine.param_offload"
-  // Empty when `args` asks for nothing beyond what `support` declares; else the offending value as text.
-  std::function<std::string(const ConfigSupport& support, const EngineArgs& args)> unsupported_value;
-  std::function<std::string(const ConfigSupport& support)> allowed;  // what the engine does support, as text
-  // Changes `args` so that it asks for this knob beyond the defaults (for conformance), or returns false when
-  // `support` leaves no value to ask for.
-  std::function<bool(const ConfigSupport& support, EngineArgs& args)> set_unsupported;
-};
-
-// Every knob of host_api/config.h that an engine may leave out.
-const std::vector<ConfigKnob>& config_knobs();
-
-// Throws EngineryError when `args` sets a key to a value `support` lacks:
-//   "<key>: <key> = <value> is not implemented by engine <engine> (allowed: <what it supports>)".
-void check_config_supported(const ConfigSupport& support, const EngineArgs& args, const std::string& engine);
 
 }  // namespace enginery

@@ -27,42 +27,12 @@ class WeightStream {
 };
 
 // What an engine implements to stream its weights natively (docs/ARCHITECTURE.md, "The contract"). A separate
-// interface, like OffloadableEngine, so BaseEngine's vtable stays that of 2.0; BaseEngine::weight_stream falls
-// back to get_per_tensor_param for an engine without it.
+// interface, like OffloadableEngine, so BaseEngine's vtable stays that of 2.0; the host's weight_stream
+// (engine_driver/weight_export.h) falls back to get_per_tensor_param for an engine without it.
 class WeightExportingEngine {
  public:
   virtual ~WeightExportingEngine();  // key function: defined out of line in libenginery_host_api
   virtual std::unique_ptr<WeightStream> export_weights(c10::ScalarType dtype) = 0;
-};
-
-// Where one tensor sits in a bucket's flat buffer (offset and numel in elements of the bucket's dtype).
-struct BucketEntry {
-  std::string name;
-  int64_t offset = 0;
-  int64_t numel = 0;
-  std::vector<int64_t> shape;
-};
-
-// One flat buffer and its table: what rollout weight receivers consume.
-struct WeightBucket {
-  torch::Tensor buffer;  // 1-D, the stream's dtype and device
-  std::vector<BucketEntry> entries;
-};
-
-// Packs a WeightStream into buckets of at most `bucket_bytes` (a tensor larger than that gets a bucket of its own),
-// in the stream's order. Collective like the stream it reads.
-class WeightBucketer {
- public:
-  WeightBucketer(std::unique_ptr<WeightStream> stream, int64_t bucket_bytes);
-  // The next bucket; false when the stream is exhausted. The buffer is the caller's (never reused).
-  bool next(WeightBucket& bucket);
-
- private:
-  std::unique_ptr<WeightStream> stream_;
-  int64_t bucket_bytes_;
-  std::vector<NamedTensor> pending_;
-  size_t pending_pos_ = 0;
-  bool exhausted_ = false;
 };
 
 }  // namespace enginery

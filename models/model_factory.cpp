@@ -7,7 +7,7 @@
 #include <map>
 
 #include "host_api/error.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "models/causal_lm.h"
 #include "models/safetensors.h"
 

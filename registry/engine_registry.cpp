@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "engine_driver/config_checks.h"
 #include "host_api/error.h"
 
 namespace enginery {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "host_api/error.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "models/generation_settings.h"
 #include "models/model_args.h"
 #include "trainer/grpo/rollout_settings.h"

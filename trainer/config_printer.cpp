@@ -3,7 +3,7 @@
 
 #include <sstream>
 
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "trainer/config_schema.h"
 
 namespace enginery {

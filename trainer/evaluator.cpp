@@ -5,6 +5,7 @@
 #include "host_api/error.h"
 #include "trainer/collectives.h"
 #include "trainer/losses.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace {
@@ -29,7 +30,7 @@ std::vector<torch::Tensor> infer_rows(const EvalContext& ctx, const std::vector<
     while (static_cast<int64_t>(chunk.size()) < per_call) chunk.push_back(filler_row());
     const Batch batch = collate(chunk).to(ctx.device);
     BatchOutput out = guard_collective("evaluation: engine infer_batch", ctx.rank,
-                                       [&] { return ctx.engine->infer_batch(batch, sft_loss); });
+                                       [&] { return infer_batch(*ctx.engine, batch, sft_loss); });
     auto it = out.outputs.find("log_probs");
     if (it == out.outputs.end() || !it->second.defined()) {
       throw EngineryError("the engine returned no log_probs from infer_batch", "evaluation");

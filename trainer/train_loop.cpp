@@ -25,6 +25,8 @@
 #include "trainer/losses.h"
 #include "trainer/metrics_log.h"
 #include "trainer/preflight.h"
+#include "engine_driver/step_loop.h"
+#include "engine_driver/mode_guard.h"
 
 namespace fs = std::filesystem;
 
@@ -168,7 +170,7 @@ int64_t resume(const TrainConfig& config, BaseEngine& engine, const std::string&
   const std::string dir = checkpoint_dir(out_dir, state->global_step);
   // Loading writes every part of the state: in train mode, which brings it all (offload_outside_modes).
   guard_collective("engine load_checkpoint of " + dir, rank, [&] {
-    auto mode = engine.train_mode();
+    auto mode = train_mode(engine);
     engine.load_checkpoint(engine_checkpoint_dir(dir));
   });
   const int64_t start = state->global_step;
@@ -294,8 +296,8 @@ void TrainingLoop::train_step(int64_t step) {
   }
   const std::string at_step = " at step " + std::to_string(step);
   BatchOutput out = guard_collective("engine train_batch" + at_step, rank_, [&] {
-    auto mode = engine_.train_mode();
-    return engine_.train_batch(batch, inputs_.loss_fn);
+    auto mode = train_mode(engine_);
+    return train_batch(engine_, batch, inputs_.loss_fn);
   });
   const double local_loss = out.loss.defined() ? out.loss.item<double>() : 0.0;
   const auto sums = all_reduce(group_,
@@ -376,7 +378,7 @@ void TrainingLoop::save_checkpoint(int64_t step) {
   if (lead_) begin_checkpoint(out_dir_, step);
   barrier(group_, device_, "barrier before the checkpoint" + at_step);
   guard_collective("engine save_checkpoint" + at_step, rank_, [&] {
-    auto mode = engine_.train_mode();  // a checkpoint reads every part of the state
+    auto mode = train_mode(engine_);  // a checkpoint reads every part of the state
     engine_.save_checkpoint(engine_checkpoint_dir(temp_checkpoint_dir(out_dir_, step)), step, 0);
   });
   barrier(group_, device_, "barrier after the checkpoint" + at_step);  // every rank's engine save returned

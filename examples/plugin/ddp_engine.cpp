@@ -2,7 +2,6 @@
 #include "ddp_engine.h"
 
 #include <host_api/error.h>
-#include <host_api/precision.h>
 #include <support/torch_compat.h>
 #include <models/model_factory.h>
 

@@ -11,7 +11,7 @@
 
 #include "support/durable_fs.h"
 #include "host_api/error.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "models/model_factory.h"
 #include "plugin/fsdp/checkpoint_extra.h"
 #include "plugin/fsdp/checkpoint_files.h"

@@ -1,8 +1,8 @@
 #include "plugin/fsdp/fsdp_engine.h"
 
 #include "host_api/error.h"
-#include "host_api/mode_offload.h"
-#include "host_api/precision.h"
+#include "engine_driver/mode_offload.h"
+#include "engine_driver/precision.h"
 #include "models/model_factory.h"
 #include "support/torch_compat.h"
 

@@ -11,7 +11,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "host_api/error.h"
-#include "host_api/mode_offload.h"
+#include "engine_driver/mode_offload.h"
 #include "plugin/fsdp/fsdp_engine.h"
 #include "support/torch_compat.h"
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "host_api/error.h"
-#include "host_api/mode_offload.h"
-#include "host_api/precision.h"
+#include "engine_driver/mode_offload.h"
+#include "engine_driver/precision.h"
 #include "models/causal_lm.h"
 #include "models/model_args.h"
 

@@ -1,7 +1,7 @@
 #include "plugin/veomni/veomni_settings.h"
 
 #include "host_api/error.h"
-#include "host_api/mode_offload.h"
+#include "engine_driver/mode_offload.h"
 
 namespace enginery {
 namespace veomni {

@@ -3,7 +3,7 @@
 // torch's own objects on both sides.
 #include "host_api/error.h"
 #include "host_api/grad_scaler.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "python/src/py_engine.h"
 #include "python/src/py_factory.h"
 #include "python/src/py_shards.h"

@@ -1,6 +1,6 @@
 #include "python/src/py_convert.h"
 
-#include "host_api/batch_check.h"
+#include "engine_driver/batch_check.h"
 #include "host_api/error.h"
 
 namespace enginery {

@@ -1,6 +1,8 @@
 #include "python/src/py_engine.h"
 
 #include <utility>
+#include "engine_driver/step_loop.h"
+#include "engine_driver/mode_guard.h"
 
 namespace enginery {
 namespace python {
@@ -24,7 +26,7 @@ bool takes_context(const py::object& fn) {
 ModeContext::ModeContext(std::shared_ptr<BaseEngine> engine, bool training)
     : engine_(std::move(engine)), training_(training) {}
 
-void ModeContext::enter() { guard_.emplace(training_ ? engine_->train_mode() : engine_->eval_mode()); }
+void ModeContext::enter() { guard_.emplace(training_ ? enginery::train_mode(*engine_) : enginery::eval_mode(*engine_)); }
 
 void ModeContext::exit() { guard_.reset(); }
 
@@ -75,7 +77,7 @@ py::dict PyEngine::forward_backward_batch(const py::dict& batch, const py::objec
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = engine_->forward_backward_batch(input, loss, forward_only, limits_);
+    output = enginery::forward_backward_batch(*engine_, input, loss, forward_only, limits_);
   }
   return dict_from_batch_output(output, false);
 }
@@ -86,7 +88,7 @@ py::dict PyEngine::train_batch(const py::dict& batch, const py::object& loss_fn)
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = engine_->train_batch(input, loss, limits_);
+    output = enginery::train_batch(*engine_, input, loss, limits_);
   }
   return dict_from_batch_output(output, true);
 }
@@ -97,7 +99,7 @@ py::dict PyEngine::infer_batch(const py::dict& batch, const py::object& loss_fn)
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = engine_->infer_batch(input, loss, limits_);
+    output = enginery::infer_batch(*engine_, input, loss, limits_);
   }
   return dict_from_batch_output(output, false);
 }

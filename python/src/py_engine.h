@@ -5,6 +5,8 @@
 #include <optional>
 
 #include "python/src/py_convert.h"
+#include "engine_driver/batch_check.h"
+#include "engine_driver/mode_guard.h"
 
 namespace enginery {
 namespace python {
@@ -19,7 +21,7 @@ class ModeContext {
  private:
   std::shared_ptr<BaseEngine> engine_;
   bool training_;
-  std::optional<BaseEngine::ModeGuard> guard_;
+  std::optional<ModeGuard> guard_;
 };
 
 // `engine` as an owner whose last release frees it without the GIL ([Note: engines die without the GIL]).

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "host_api/error.h"
+#include "engine_driver/weight_export.h"
 
 namespace enginery {
 namespace python {
@@ -18,7 +19,7 @@ c10::ScalarType dtype_from(const py::handle& dtype, const char* where) {
 PyWeightStream::PyWeightStream(std::shared_ptr<BaseEngine> engine, c10::ScalarType dtype)
     : engine_(std::move(engine)) {
   py::gil_scoped_release release;
-  stream_ = engine_->weight_stream(dtype);
+  stream_ = weight_stream(*engine_, dtype);
 }
 
 py::list PyWeightStream::next() {
@@ -43,7 +44,7 @@ PyWeightBuckets::PyWeightBuckets(std::shared_ptr<BaseEngine> engine, c10::Scalar
     throw EngineryError("bucket_bytes = " + std::to_string(bucket_bytes), "weight_buckets", "a byte count > 0");
   }
   py::gil_scoped_release release;
-  bucketer_ = std::make_unique<WeightBucketer>(engine_->weight_stream(dtype), bucket_bytes);
+  bucketer_ = std::make_unique<WeightBucketer>(weight_stream(*engine_, dtype), bucket_bytes);
 }
 
 py::tuple PyWeightBuckets::next() {

@@ -4,7 +4,7 @@
 // collective: every rank iterates to the end, in step.
 #include <memory>
 
-#include "host_api/weight_export.h"
+#include "engine_driver/weight_export.h"
 #include "python/src/py_convert.h"
 
 namespace enginery {

@@ -9,6 +9,7 @@
 
 #include "plugin/fsdp/fsdp_engine.h"
 #include "tests/fsdp/fsdp_test_util.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -74,7 +75,7 @@ inline EngineArgs saver_args() {
 }
 
 inline void saver_step(fsdp::FSDPEngine& engine, int64_t step) {
-  engine.train_batch(make_batch(4, 8, 64, 500 + static_cast<uint64_t>(step)), sft_loss);
+  train_batch(engine, make_batch(4, 8, 64, 500 + static_cast<uint64_t>(step)), sft_loss);
 }
 
 }  // namespace fsdp_test

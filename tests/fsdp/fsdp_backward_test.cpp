@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/fsdp/fsdp_test_util.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -39,7 +40,7 @@ std::vector<UnitSnapshot> units_during_layer1_backward(bool sync, bool reshard_a
       }
     });
   };
-  engine.forward_backward_batch(make_batch(4, 8, 64, 5), sft_loss, /*forward_only=*/false);
+  forward_backward_batch(engine, make_batch(4, 8, 64, 5), sft_loss, /*forward_only=*/false);
   return seen;
 }
 

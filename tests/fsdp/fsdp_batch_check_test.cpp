@@ -9,6 +9,7 @@
 #include "host_api/error.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -16,7 +17,7 @@ namespace {
 
 std::string message_of(fsdp::FSDPEngine& engine, const Batch& batch) {
   try {
-    engine.train_batch(batch, sft_loss);
+    train_batch(engine, batch, sft_loss);
   } catch (const EngineryError& e) {
     return e.what();
   }
@@ -47,8 +48,8 @@ TEST_P(FsdpBatchCheck, ARankThatRefusesItsBatchStopsEveryRankBeforeAnyWork) {
                                            : "rank 0, forward_backward_batch: rank 1 refused its batch";
     EXPECT_NE(got.find(want), std::string::npos) << got;
     // Nothing ran on either rank: the next step is that of an engine that never saw the batch.
-    const double next = engine.train_batch(good, sft_loss).grad_norm.item<double>();
-    EXPECT_EQ(next, untouched.train_batch(good, sft_loss).grad_norm.item<double>());
+    const double next = train_batch(engine, good, sft_loss).grad_norm.item<double>();
+    EXPECT_EQ(next, train_batch(untouched, good, sft_loss).grad_norm.item<double>());
   });
 }
 
@@ -67,7 +68,7 @@ TEST(FsdpBatchCheckTargets, NoTargetOnAnyRankIsNamedOnEveryRank) {
 
     const std::string got = message_of(engine, none);
     EXPECT_NE(got.find("batch['loss_mask']: has no target token on any rank"), std::string::npos) << got;
-    const BatchOutput out = engine.train_batch(ctx.rank == 0 ? none : good, sft_loss);
+    const BatchOutput out = train_batch(engine, ctx.rank == 0 ? none : good, sft_loss);
     EXPECT_TRUE(std::isfinite(out.grad_norm.item<double>()));
   });
 }

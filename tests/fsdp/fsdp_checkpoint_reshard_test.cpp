@@ -7,6 +7,7 @@
 #include "plugin/fsdp/shard_layout.h"
 #include "tests/fsdp/checkpoint_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -64,10 +65,10 @@ TEST(FsdpCheckpointReshard, TwoRanksToOneAndAcrossStrategies) {
     Batch next = make_batch(4, 8, 64, 99);
     fsdp::FSDPEngine saver(base_args("fsdp", ctx.rank, 2, ctx.group, ctx.store), tiny_builder(kModel));
     saver.initialize();
-    for (int s = 0; s < 2; ++s) saver.train_batch(slice_for(make_batch(4, 8, 64, 10 + s), ctx.rank, 2), sft_loss);
+    for (int s = 0; s < 2; ++s) train_batch(saver, slice_for(make_batch(4, 8, 64, 10 + s), ctx.rank, 2), sft_loss);
     saver.save_checkpoint(dir, 2, 0);
     const auto saved = full_state(saver);
-    saver.train_batch(slice_for(next, ctx.rank, 2), sft_loss);
+    train_batch(saver, slice_for(next, ctx.rank, 2), sft_loss);
     const auto continued = full_state(saver);
 
     auto other = base_args("fsdp2", ctx.rank, 2, ctx.group, ctx.store);
@@ -76,7 +77,7 @@ TEST(FsdpCheckpointReshard, TwoRanksToOneAndAcrossStrategies) {
     fsdp2.initialize();
     fsdp2.load_checkpoint(dir);
     expect_bitwise_equal(full_state(fsdp2), saved, "fsdp (2 ranks) -> fsdp2 (2 ranks)");
-    fsdp2.train_batch(slice_for(next, ctx.rank, 2), sft_loss);
+    train_batch(fsdp2, slice_for(next, ctx.rank, 2), sft_loss);
     expect_near(full_state(fsdp2), continued, kNextStepTol, "next step after fsdp -> fsdp2");
 
     if (ctx.rank == 0) {
@@ -86,7 +87,7 @@ TEST(FsdpCheckpointReshard, TwoRanksToOneAndAcrossStrategies) {
       one.initialize();
       one.load_checkpoint(dir);
       expect_bitwise_equal(full_state(one), saved, "2 ranks -> 1 rank");
-      one.train_batch(next, sft_loss);
+      train_batch(one, next, sft_loss);
       expect_near(full_state(one), continued, kNextStepTol, "next step after 2 -> 1 ranks");
     }
   });
@@ -102,10 +103,10 @@ TEST(FsdpCheckpointReshard, OneRankToFourAndFsdpSize) {
     if (ctx.rank == 0) {
       single = std::make_unique<fsdp::FSDPEngine>(base_args("fsdp2", 0, 1, {}, {}), tiny_builder(kModel));
       single->initialize();
-      for (int s = 0; s < 2; ++s) single->train_batch(make_batch(4, 8, 64, 20 + s), sft_loss);
+      for (int s = 0; s < 2; ++s) train_batch(*single, make_batch(4, 8, 64, 20 + s), sft_loss);
       single->save_checkpoint(one_dir, 2, 0);
       saved_single = full_state(*single);
-      single->train_batch(next, sft_loss);
+      train_batch(*single, next, sft_loss);
       continued_single = full_state(*single);
     }
     ctx.group->barrier()->wait();
@@ -117,7 +118,7 @@ TEST(FsdpCheckpointReshard, OneRankToFourAndFsdpSize) {
     four.load_checkpoint(one_dir);
     const auto loaded_four = full_state(four);
     if (ctx.rank == 0) expect_bitwise_equal(loaded_four, saved_single, "1 rank -> 4 ranks");
-    four.train_batch(slice_for(next, ctx.rank, 4), sft_loss);
+    train_batch(four, slice_for(next, ctx.rank, 4), sft_loss);
     const auto next_four = full_state(four);
     if (ctx.rank == 0) expect_near(next_four, continued_single, kNextStepTol, "next step after 1 -> 4 ranks");
 
@@ -126,11 +127,11 @@ TEST(FsdpCheckpointReshard, OneRankToFourAndFsdpSize) {
     hsdp_args.engine.fsdp_size = 2;
     fsdp::FSDPEngine hsdp(hsdp_args, tiny_builder(kModel));
     hsdp.initialize();
-    hsdp.train_batch(slice_for(make_batch(4, 8, 64, 30), ctx.rank, 4), sft_loss);
+    train_batch(hsdp, slice_for(make_batch(4, 8, 64, 30), ctx.rank, 4), sft_loss);
     hsdp.save_checkpoint(hsdp_dir, 1, 0);
     const auto saved_hsdp = full_state(hsdp);
     EXPECT_EQ(std::filesystem::exists(hsdp_dir + "/model_rank_" + std::to_string(ctx.rank) + ".bin"), ctx.rank < 2);
-    hsdp.train_batch(slice_for(next, ctx.rank, 4), sft_loss);
+    train_batch(hsdp, slice_for(next, ctx.rank, 4), sft_loss);
     const auto continued_hsdp = full_state(hsdp);
 
     auto plain_args = base_args("fsdp", ctx.rank, 4, ctx.group, ctx.store);
@@ -139,7 +140,7 @@ TEST(FsdpCheckpointReshard, OneRankToFourAndFsdpSize) {
     plain.initialize();
     plain.load_checkpoint(hsdp_dir);
     expect_bitwise_equal(full_state(plain), saved_hsdp, "fsdp_size 2 -> fsdp_size 4");
-    plain.train_batch(slice_for(next, ctx.rank, 4), sft_loss);
+    train_batch(plain, slice_for(next, ctx.rank, 4), sft_loss);
     expect_near(full_state(plain), continued_hsdp, kNextStepTol, "next step after fsdp_size 2 -> fsdp_size 4");
 
     // Ranks 0 and 1 alone, in a group of their own.
@@ -152,7 +153,7 @@ TEST(FsdpCheckpointReshard, OneRankToFourAndFsdpSize) {
       two.initialize();
       two.load_checkpoint(hsdp_dir);
       expect_bitwise_equal(full_state(two), saved_hsdp, "4 ranks fsdp_size 2 -> 2 ranks");
-      two.train_batch(slice_for(next, ctx.rank, 2), sft_loss);
+      train_batch(two, slice_for(next, ctx.rank, 2), sft_loss);
       expect_near(full_state(two), continued_hsdp, kNextStepTol, "next step after 4 ranks fsdp_size 2 -> 2 ranks");
     }
   });

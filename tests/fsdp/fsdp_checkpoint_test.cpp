@@ -14,6 +14,7 @@
 #include "plugin/fsdp/checkpoint_format.h"
 #include "tests/fsdp/checkpoint_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -41,11 +42,11 @@ TEST(FsdpCheckpoint, SaveLoadGivesTheIdenticalNextStep) {
 
     fsdp::FSDPEngine first(args, tiny_builder(TinyConfig{}));
     first.initialize();
-    for (int step = 0; step < 3; ++step) first.train_batch(rank_slice(make_batch(4, 8, 64, 200 + step), ctx.rank, 2), sft_loss);
+    for (int step = 0; step < 3; ++step) train_batch(first, rank_slice(make_batch(4, 8, 64, 200 + step), ctx.rank, 2), sft_loss);
     first.save_checkpoint(dir, 3, 0);
     const double scale_at_save = first.grad_scaler()->current_scale();
     Batch next = rank_slice(make_batch(4, 8, 64, 300), ctx.rank, 2);
-    auto a = first.train_batch(next, sft_loss);
+    auto a = train_batch(first, next, sft_loss);
     auto params_a = engine_params(first);
 
     auto args_b = args;
@@ -54,7 +55,7 @@ TEST(FsdpCheckpoint, SaveLoadGivesTheIdenticalNextStep) {
     second.initialize();
     second.load_checkpoint(dir);
     EXPECT_EQ(second.grad_scaler()->current_scale(), scale_at_save);
-    auto b = second.train_batch(next, sft_loss);
+    auto b = train_batch(second, next, sft_loss);
     EXPECT_EQ(a.lr, b.lr);
     EXPECT_TRUE(torch::equal(a.grad_norm, b.grad_norm));
     EXPECT_EQ(first.grad_scaler()->current_scale(), second.grad_scaler()->current_scale());
@@ -76,7 +77,7 @@ TEST(FsdpCheckpoint, ResumeIsBitwiseExact) {
     args.optim.lr_warmup_steps = 2;
     auto step = [&](fsdp::FSDPEngine& e) {
       const auto seed = torch::randint(0, 1 << 30, {1}, torch::kLong).item<int64_t>();  // the global CPU generator
-      return e.train_batch(rank_slice(make_batch(4, 8, 64, static_cast<uint64_t>(seed)), ctx.rank, 2), sft_loss);
+      return train_batch(e, rank_slice(make_batch(4, 8, 64, static_cast<uint64_t>(seed)), ctx.rank, 2), sft_loss);
     };
 
     fsdp::FSDPEngine straight(args, tiny_builder(TinyConfig{}));
@@ -123,7 +124,7 @@ TEST(FsdpCheckpoint, ContentsAreSelectable) {
     args.checkpoint.save_contents = {"model"};
     fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
     engine.initialize();
-    engine.train_batch(rank_slice(make_batch(4, 8, 64, 1), ctx.rank, 2), sft_loss);
+    train_batch(engine, rank_slice(make_batch(4, 8, 64, 1), ctx.rank, 2), sft_loss);
     const std::string dir = ctx.shared_dir + "/model_only";
     engine.save_checkpoint(dir, 1, 0);
     EXPECT_TRUE(fs::exists(dir + "/model_rank_" + std::to_string(ctx.rank) + ".bin"));
@@ -159,7 +160,7 @@ TEST(FsdpCheckpoint, CorruptionIsAnErrorNamingTheFile) {
     auto args = make_args("fsdp", "fp32", ctx.rank, 2, ctx.group, ctx.store);
     fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
     engine.initialize();
-    engine.train_batch(rank_slice(make_batch(4, 8, 64, 1), ctx.rank, 2), sft_loss);
+    train_batch(engine, rank_slice(make_batch(4, 8, 64, 1), ctx.rank, 2), sft_loss);
     const std::string flipped = ctx.shared_dir + "/flipped", cut = ctx.shared_dir + "/cut";
     engine.save_checkpoint(flipped, 1, 0);
     engine.save_checkpoint(cut, 1, 0);
@@ -198,11 +199,11 @@ TEST(FsdpCheckpoint, WriteErrorLeavesThePreviousCheckpoint) {
     const TinyConfig big{512, 64, 2};  // a shard file of about 150 KB per rank
     fsdp::FSDPEngine engine(args, tiny_builder(big));
     engine.initialize();
-    engine.train_batch(rank_slice(make_batch(4, 8, 512, 1), ctx.rank, 2), sft_loss);
+    train_batch(engine, rank_slice(make_batch(4, 8, 512, 1), ctx.rank, 2), sft_loss);
     const std::string one = ctx.shared_dir + "/global_step_1", two = ctx.shared_dir + "/global_step_2";
     engine.save_checkpoint(one, 1, 1);
     const auto saved = full_state(engine);
-    engine.train_batch(rank_slice(make_batch(4, 8, 512, 2), ctx.rank, 2), sft_loss);
+    train_batch(engine, rank_slice(make_batch(4, 8, 512, 2), ctx.rank, 2), sft_loss);
 
     struct rlimit old_limit;
     ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
@@ -362,7 +363,7 @@ TEST(FsdpCheckpoint, HuggingFaceExportLoadsBack) {
     fsdp::FSDPEngine engine(args);
     engine.initialize();
     Batch batch = make_batch(4, 8, 64, 5);
-    engine.train_batch(rank_slice(batch, ctx.rank, 2), sft_loss);
+    train_batch(engine, rank_slice(batch, ctx.rank, 2), sft_loss);
     const std::string ckpt_dir = ctx.shared_dir + "/global_step_1", sharded = ctx.shared_dir + "/hf_sharded";
     engine.save_checkpoint(ckpt_dir, 1, 0);
     engine.export_hf(sharded, 64 * 1024);

@@ -6,10 +6,11 @@
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "kernels/fused_cuda.h"
 #include "models/fp8_linear.h"
 #include "tests/fsdp/fsdp_test_util.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -45,7 +46,7 @@ TEST_P(GpuPrecisionTest, AutocastDtypeScalerAndComputeDtype) {
     model->probe = [&](size_t unit, const torch::Tensor& t) {
       if (unit > 0) seen.push_back(t.scalar_type());
     };
-    auto out = engine.train_batch(make_batch(4, 16, 64, 5), sft_loss);
+    auto out = train_batch(engine, make_batch(4, 16, 64, 5), sft_loss);
     ASSERT_FALSE(seen.empty());
     for (auto s : seen) EXPECT_EQ(s, expected);
     EXPECT_TRUE(std::isfinite(out.grad_norm.item<double>()));
@@ -66,7 +67,7 @@ TEST(GpuFp16, FiftyStepLossTracksBf16) {
     engine.initialize();
     std::vector<double> losses;
     for (int step = 0; step < 50; ++step) {
-      losses.push_back(engine.train_batch(make_batch(8, 16, 64, step % 5), sft_loss).loss.item<double>());
+      losses.push_back(train_batch(engine, make_batch(8, 16, 64, step % 5), sft_loss).loss.item<double>());
     }
     return losses;
   };
@@ -211,7 +212,7 @@ TEST_P(GpuFp8Recipe, EngineLossTracksBf16) {
     engine.initialize();
     std::vector<double> losses;
     for (int step = 0; step < 30; ++step) {
-      losses.push_back(engine.train_batch(make_batch(4, 64, 64, step % 5), sft_loss).loss.item<double>());
+      losses.push_back(train_batch(engine, make_batch(4, 64, 64, step % 5), sft_loss).loss.item<double>());
     }
     return losses;
   };

@@ -6,6 +6,7 @@
 
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -35,7 +36,7 @@ class GradStorageTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GradStorageTest, ZeroGradReleasesTheShardGradient) {
   auto engine = make_engine(GetParam(), true);
-  engine->train_batch(make_batch(4, 8, 64, 80), sft_loss);
+  train_batch(*engine, make_batch(4, 8, 64, 80), sft_loss);
   engine->optimizer_zero_grad();
   for (auto& u : engine->fsdp_module()->units()) EXPECT_FALSE(u.holds_shard_grad()) << u.name();
   // Read before any reduction: zeros of the shard's size.
@@ -51,7 +52,7 @@ TEST_P(GradStorageTest, ExactBf16GradientsTrainBitwiseLikeFp32Ones) {
     Batch batch = make_batch(4, 8, 64, 81 + step);
     for (auto* e : {kept.get(), fp32.get()}) {
       e->optimizer_zero_grad();
-      e->forward_backward_batch(batch, sft_loss, false);
+      forward_backward_batch(*e, batch, sft_loss, false);
     }
     for (auto dt : grad_dtypes(*kept)) EXPECT_EQ(dt, torch::kBFloat16);
     for (auto dt : grad_dtypes(*fp32)) EXPECT_EQ(dt, torch::kFloat);
@@ -74,8 +75,8 @@ TEST_P(GradStorageTest, ASecondReductionSumsInFp32) {
   Batch first = make_batch(4, 8, 64, 90), second = make_batch(4, 8, 64, 91);
   for (auto* e : {kept.get(), fp32.get()}) {
     e->optimizer_zero_grad();
-    e->forward_backward_batch(first, sft_loss, false);
-    e->forward_backward_batch(second, sft_loss, false);
+    forward_backward_batch(*e, first, sft_loss, false);
+    forward_backward_batch(*e, second, sft_loss, false);
   }
   for (auto dt : grad_dtypes(*kept)) EXPECT_EQ(dt, torch::kFloat) << "a sum of two bf16 gradients is not bf16";
   auto& units_kept = kept->fsdp_module()->units();
@@ -96,7 +97,7 @@ TEST(GradStorage, TwoRanksReduceIntoFp32) {
     fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
     engine.initialize();
     engine.optimizer_zero_grad();
-    engine.forward_backward_batch(rank_slice(make_batch(4, 8, 64, 95), ctx.rank, 2), sft_loss, false);
+    forward_backward_batch(engine, rank_slice(make_batch(4, 8, 64, 95), ctx.rank, 2), sft_loss, false);
     for (auto dt : grad_dtypes(engine)) EXPECT_EQ(dt, torch::kFloat);
   });
 }

@@ -3,9 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "host_api/error.h"
-#include "host_api/micro_batch_plan.h"
+#include "engine_driver/micro_batch_plan.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -24,8 +25,8 @@ TEST(FsdpMicroBatch, OneTimesBEqualsKTimesBOverK) {
     Reference ref(TinyConfig{}, whole_args);
     for (int step = 0; step < 2; ++step) {
       Batch global = make_batch(8, 9, 64, 60 + step);
-      auto a = whole.train_batch(rank_slice(global, ctx.rank, 2), sft_loss);
-      auto b = split.train_batch(rank_slice(global, ctx.rank, 2), sft_loss);
+      auto a = train_batch(whole, rank_slice(global, ctx.rank, 2), sft_loss);
+      auto b = train_batch(split, rank_slice(global, ctx.rank, 2), sft_loss);
       ref.accumulate(global, sft_loss);
       const double ref_norm = ref.step();
       EXPECT_NEAR(a.grad_norm.item<double>(), ref_norm, 1e-5 * ref_norm);
@@ -46,8 +47,8 @@ TEST(FsdpMicroBatch, GradientsAccumulateAcrossCalls) {
     Reference ref(TinyConfig{}, args);
     Batch first = make_batch(4, 8, 64, 70), second = make_batch(4, 8, 64, 71);
     engine.optimizer_zero_grad();
-    engine.forward_backward_batch(rank_slice(first, ctx.rank, 2), sft_loss, false);
-    engine.forward_backward_batch(rank_slice(second, ctx.rank, 2), sft_loss, false);
+    forward_backward_batch(engine, rank_slice(first, ctx.rank, 2), sft_loss, false);
+    forward_backward_batch(engine, rank_slice(second, ctx.rank, 2), sft_loss, false);
     auto norm = engine.optimizer_step();
     ref.accumulate(first, sft_loss);
     ref.accumulate(second, sft_loss);
@@ -72,7 +73,7 @@ TEST(FsdpMicroBatch, ForwardOnlyOutputsInOrder) {
       global.set_meta("calculate_entropy", true);
       Batch local = rank_slice(global, ctx.rank, 2);
       const LossFn loss = value_model ? LossFn(value_loss) : LossFn(sft_loss);
-      auto out = engine.infer_batch(local, loss);
+      auto out = infer_batch(engine, local, loss);
       EXPECT_TRUE(engine.is_training()) << "infer_batch must restore the mode";
 
       torch::NoGradGuard no_grad;
@@ -108,7 +109,7 @@ TEST(FsdpMicroBatch, UnequalMicroBatchCountsAreAnError) {
     engine.initialize();
     Batch local = make_batch(ctx.rank == 0 ? 2 : 3, 8, 64, 90);
     try {
-      engine.forward_backward_batch(local, sft_loss, false);
+      forward_backward_batch(engine, local, sft_loss, false);
       ADD_FAILURE() << "unequal micro-batch counts accepted";
     } catch (const EngineryError& e) {
       EXPECT_NE(std::string(e.what()).find("different numbers of micro-batches"), std::string::npos) << e.what();
@@ -142,8 +143,8 @@ TEST(FsdpMicroBatch, DynamicBatchSizeEqualsFixedMicroBatches) {
     for (int step = 0; step < 2; ++step) {
       fixed.optimizer_zero_grad();
       dynamic.optimizer_zero_grad();
-      const BatchOutput a = fixed.forward_backward_batch(local, sft_loss, false);
-      const BatchOutput b = dynamic.forward_backward_batch(local, sft_loss, false);
+      const BatchOutput a = forward_backward_batch(fixed, local, sft_loss, false);
+      const BatchOutput b = forward_backward_batch(dynamic, local, sft_loss, false);
       EXPECT_NEAR(a.loss.item<double>(), b.loss.item<double>(), 1e-6 * std::abs(a.loss.item<double>()));
       for (const char* name : {"log_probs", "entropy"}) {
         ASSERT_TRUE(b.outputs.count(name)) << name;
@@ -179,26 +180,26 @@ TEST(FsdpMicroBatch, PerCallMetadataOverridesTheConfiguredMicroBatching) {
   fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
   engine.initialize();
   Batch batch = make_batch(4, 9, 64, 97);
-  const double total = engine.infer_batch(batch, sft_loss).metrics.at("tokens").item<double>();
+  const double total = infer_batch(engine, batch, sft_loss).metrics.at("tokens").item<double>();
 
   Batch per_row = batch;
   per_row.set_meta("micro_batch_size_per_gpu", int64_t{1});
-  const BatchOutput split = engine.infer_batch(per_row, sft_loss);
+  const BatchOutput split = infer_batch(engine, per_row, sft_loss);
   EXPECT_NEAR(split.metrics.at("tokens").item<double>() * 4, total, 1e-9) << "four micro-batches of one row";
 
   Batch dynamic = batch;
   dynamic.set_meta("use_dynamic_bsz", true);
   dynamic.set_meta("max_token_len_per_gpu", int64_t{1000});
-  EXPECT_NEAR(engine.infer_batch(dynamic, sft_loss).metrics.at("tokens").item<double>(), total, 1e-9)
+  EXPECT_NEAR(infer_batch(engine, dynamic, sft_loss).metrics.at("tokens").item<double>(), total, 1e-9)
       << "one micro-batch holds every row under a large budget";
   // The next call without metadata is back to the configuration.
-  EXPECT_NEAR(engine.infer_batch(batch, sft_loss).metrics.at("tokens").item<double>(), total, 1e-9);
+  EXPECT_NEAR(infer_batch(engine, batch, sft_loss).metrics.at("tokens").item<double>(), total, 1e-9);
 
   auto error_of = [&](const std::string& name, MetaValue value) -> std::string {
     Batch bad = batch;
     bad.set_meta(name, std::move(value));
     try {
-      engine.infer_batch(bad, sft_loss);
+      infer_batch(engine, bad, sft_loss);
     } catch (const EngineryError& e) {
       return e.what();
     }

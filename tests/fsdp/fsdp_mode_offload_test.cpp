@@ -9,9 +9,11 @@
 #include <optional>
 
 #include "host_api/error.h"
-#include "host_api/mode_offload.h"
+#include "engine_driver/mode_offload.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
+#include "engine_driver/mode_guard.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -53,10 +55,10 @@ const Move kBringModel{"cuda:0", true, false, false}, kSendModel{"cpu", true, fa
 TEST(ModeOffload, OutermostGuardBringsWhatItsModeNeedsAndSendsBackWhatItBrought) {
   RecordingEngine engine("true");
   {
-    auto train = engine.train_mode();
+    auto train = train_mode(engine);
     EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll}));
     {
-      auto eval = engine.eval_mode();  // nested: the model is there already
+      auto eval = eval_mode(engine);  // nested: the model is there already
       EXPECT_FALSE(engine.is_training());
     }
     EXPECT_TRUE(engine.is_training());
@@ -65,15 +67,15 @@ TEST(ModeOffload, OutermostGuardBringsWhatItsModeNeedsAndSendsBackWhatItBrought)
   EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll, kSendAll}));
   engine.moves.clear();
   {
-    auto eval = engine.eval_mode();
-    { auto train = engine.train_mode(); }  // nested: moves nothing, although the optimizer is away
+    auto eval = eval_mode(engine);
+    { auto train = train_mode(engine); }  // nested: moves nothing, although the optimizer is away
   }
   EXPECT_EQ(engine.moves, (std::vector<Move>{kBringModel, kSendModel}));
   engine.moves.clear();
   {
     // A guard moved elsewhere (the Python binding keeps one in a std::optional) sends back once, at its new end.
-    std::optional<BaseEngine::ModeGuard> held;
-    held.emplace(engine.train_mode());
+    std::optional<ModeGuard> held;
+    held.emplace(train_mode(engine));
     EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll}));
     held.reset();
   }
@@ -83,8 +85,8 @@ TEST(ModeOffload, OutermostGuardBringsWhatItsModeNeedsAndSendsBackWhatItBrought)
 TEST(ModeOffload, OffByDefaultAndFalseMoveNothing) {
   for (const std::string option : {"", "false"}) {
     RecordingEngine engine(option);
-    { auto train = engine.train_mode(); }
-    { auto eval = engine.eval_mode(); }
+    { auto train = train_mode(engine); }
+    { auto eval = eval_mode(engine); }
     EXPECT_TRUE(engine.moves.empty()) << "option '" << option << "'";
   }
 }
@@ -92,7 +94,7 @@ TEST(ModeOffload, OffByDefaultAndFalseMoveNothing) {
 TEST(ModeOffload, AValueOtherThanABooleanIsRefusedByName) {
   RecordingEngine engine("yes");
   try {
-    auto train = engine.train_mode();
+    auto train = train_mode(engine);
     ADD_FAILURE() << "'yes' was accepted";
   } catch (const EngineryError& e) {
     EXPECT_EQ(e.where(), "engine.recording.offload_outside_modes");
@@ -106,16 +108,16 @@ TEST(ModeOffload, AValueOtherThanABooleanIsRefusedByName) {
 TEST(ModeOffload, FailedMovesLeaveTheBookkeepingRight) {
   RecordingEngine engine("true");
   engine.fail_next_move();
-  EXPECT_THROW(engine.train_mode(), EngineryError);
-  { auto train = engine.train_mode(); }
+  EXPECT_THROW(train_mode(engine), EngineryError);
+  { auto train = train_mode(engine); }
   EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll, kSendAll}));
   engine.moves.clear();
   {
-    auto eval = engine.eval_mode();
+    auto eval = eval_mode(engine);
     engine.fail_next_move();
   }
   EXPECT_EQ(engine.moves, (std::vector<Move>{kBringModel}));
-  { auto eval = engine.eval_mode(); }
+  { auto eval = eval_mode(engine); }
   EXPECT_EQ(engine.moves, (std::vector<Move>{kBringModel, kBringModel, kSendModel}));
 }
 
@@ -147,24 +149,24 @@ void bitwise_with_and_without(const std::string& strategy) {
       const auto outside = storage_of(moving);
       BatchOutput got, want;
       {
-        auto mode = moving.train_mode();
+        auto mode = train_mode(moving);
         const auto inside = storage_of(moving);
         for (size_t i = 0; i < inside.size(); ++i) EXPECT_NE(inside[i], outside[i]) << "tensor " << i << " stayed";
         {
-          auto nested = moving.eval_mode();
+          auto nested = eval_mode(moving);
           EXPECT_EQ(storage_of(moving), inside) << "a nested guard moved the state";
         }
-        got = moving.train_batch(batch(step), sft_loss);
+        got = train_batch(moving, batch(step), sft_loss);
       }
       {
-        auto mode = plain.train_mode();
-        want = plain.train_batch(batch(step), sft_loss);
+        auto mode = train_mode(plain);
+        want = train_batch(plain, batch(step), sft_loss);
       }
       EXPECT_EQ(got.loss.item<double>(), want.loss.item<double>()) << "step " << step;
       EXPECT_EQ(got.grad_norm.item<double>(), want.grad_norm.item<double>()) << "step " << step;
       // infer_batch opens its own eval mode: the model comes and goes with it.
-      const auto lp_got = moving.infer_batch(batch(10 + step), sft_loss).outputs.at("log_probs");
-      const auto lp_want = plain.infer_batch(batch(10 + step), sft_loss).outputs.at("log_probs");
+      const auto lp_got = infer_batch(moving, batch(10 + step), sft_loss).outputs.at("log_probs");
+      const auto lp_want = infer_batch(plain, batch(10 + step), sft_loss).outputs.at("log_probs");
       EXPECT_TRUE(torch::equal(lp_got, lp_want)) << "step " << step;
     }
     const auto a = engine_params(moving), b = engine_params(plain);

@@ -8,6 +8,7 @@
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/fsdp/ulysses_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -35,7 +36,7 @@ TEST_P(MoeEngineTest, TrainsAsTheUnshardedModel) {
     expect_params_near(params, *ref.model(), 0.0, "after initialize");
     for (int step = 0; step < 2; ++step) {
       Batch global = make_batch(4, 12, 256, 700 + step);
-      auto out = engine.train_batch(rank_slice(global, ctx.rank, 2), sft_loss);
+      auto out = train_batch(engine, rank_slice(global, ctx.rank, 2), sft_loss);
       ref.accumulate(global, sft_loss);
       const double ref_norm = ref.step();
       EXPECT_NEAR(out.grad_norm.item<double>(), ref_norm, 1e-5 * ref_norm) << "step " << step;
@@ -61,7 +62,7 @@ TEST(MoeEngine, PackedWithCheckpointingTrainsAsPadded) {
     for (int step = 0; step < 2; ++step) {
       Batch local = make_batch(2, 12, 256, 800 + 10 * step + ctx.rank);
       local.set_meta("calculate_entropy", true);
-      const auto a = padded.train_batch(local, sft_loss), b = packed.train_batch(local, sft_loss);
+      const auto a = train_batch(padded, local, sft_loss), b = train_batch(packed, local, sft_loss);
       EXPECT_NEAR(b.loss.item<double>(), a.loss.item<double>(), 1e-5 * std::abs(a.loss.item<double>()));
       EXPECT_NEAR(b.grad_norm.item<double>(), a.grad_norm.item<double>(), 1e-5 * a.grad_norm.item<double>());
       for (const char* name : {"log_probs", "entropy"}) {

@@ -17,8 +17,10 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include "host_api/error.h"
-#include "host_api/mode_offload.h"
+#include "engine_driver/mode_offload.h"
 #include "tests/fsdp/fsdp_test_util.h"
+#include "engine_driver/step_loop.h"
+#include "engine_driver/mode_guard.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -88,8 +90,8 @@ TEST_P(GpuOffloadTest, RoundTripFreesMemoryAndKeepsTheNextStepBitwise) {
   auto moved = make_engine(GetParam());
   auto stayed = make_engine(GetParam());
   const Batch first = gpu_batch(1), second = gpu_batch(2);
-  auto a = moved->train_batch(first, sft_loss);
-  auto b = stayed->train_batch(first, sft_loss);
+  auto a = train_batch(*moved, first, sft_loss);
+  auto b = train_batch(*stayed, first, sft_loss);
   EXPECT_EQ(a.loss.item<double>(), b.loss.item<double>());
 
   const int64_t bytes = state_bytes(*moved);
@@ -104,7 +106,7 @@ TEST_P(GpuOffloadTest, RoundTripFreesMemoryAndKeepsTheNextStepBitwise) {
   EXPECT_GE(before - offloaded, bytes * 9 / 10) << "to(cpu) freed less GPU memory than the state it moved";
 
   try {
-    moved->train_batch(second, sft_loss);
+    train_batch(*moved, second, sft_loss);
     ADD_FAILURE() << "a step while offloaded ran";
   } catch (const EngineryError& e) {
     EXPECT_NE(std::string(e.what()).find("offloaded to cpu"), std::string::npos) << e.what();
@@ -118,8 +120,8 @@ TEST_P(GpuOffloadTest, RoundTripFreesMemoryAndKeepsTheNextStepBitwise) {
   EXPECT_NEAR(static_cast<double>(compat::cuda_allocated_bytes(0)), static_cast<double>(before), 64.0 * (1 << 20))
       << "to(cuda) did not bring back what left";
 
-  a = moved->train_batch(second, sft_loss);
-  b = stayed->train_batch(second, sft_loss);
+  a = train_batch(*moved, second, sft_loss);
+  b = train_batch(*stayed, second, sft_loss);
   EXPECT_EQ(a.loss.item<double>(), b.loss.item<double>()) << "loss after the round trip";
   EXPECT_EQ(a.grad_norm.item<double>(), b.grad_norm.item<double>()) << "grad norm after the round trip";
   const auto pa = engine_params(*moved), pb = engine_params(*stayed);
@@ -135,11 +137,11 @@ TEST_P(GpuOffloadTest, OptimizerAloneAwayAllowsInferenceButNoStep) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device or no NCCL in this build";
   auto engine = make_engine(GetParam());
   const Batch batch = gpu_batch(3);
-  engine->train_batch(batch, sft_loss);
+  train_batch(*engine, batch, sft_loss);
   engine->to(torch::kCPU, /*model=*/false, /*optimizer=*/true, /*grad=*/false);
-  EXPECT_NO_THROW(engine->infer_batch(batch, sft_loss)) << "the model is home: forward-only passes may run";
+  EXPECT_NO_THROW(infer_batch(*engine, batch, sft_loss)) << "the model is home: forward-only passes may run";
   try {
-    engine->train_batch(batch, sft_loss);
+    train_batch(*engine, batch, sft_loss);
     ADD_FAILURE() << "a step with the optimizer state on the CPU ran";
   } catch (const EngineryError& e) {
     EXPECT_NE(std::string(e.what()).find("optimizer_step: the engine is offloaded to cpu (optimizer)"),
@@ -147,7 +149,7 @@ TEST_P(GpuOffloadTest, OptimizerAloneAwayAllowsInferenceButNoStep) {
         << e.what();
   }
   engine->to(torch::kCUDA);
-  EXPECT_NO_THROW(engine->train_batch(batch, sft_loss));
+  EXPECT_NO_THROW(train_batch(*engine, batch, sft_loss));
 }
 
 // [engine.<backend>] offload_outside_modes: outside the mode guards the GPU holds none of the state; train_mode()
@@ -159,7 +161,7 @@ TEST_P(GpuOffloadTest, OutsideModesTheGpuHoldsNoState) {
   std::map<std::string, torch::Tensor> want_params;
   {
     auto stayed = make_engine(GetParam());
-    for (int step = 0; step < 2; ++step) want.push_back(stayed->train_batch(gpu_batch(40 + step), sft_loss));
+    for (int step = 0; step < 2; ++step) want.push_back(train_batch(*stayed, gpu_batch(40 + step), sft_loss));
     for (const auto& [name, t] : engine_params(*stayed)) want_params[name] = t.cpu();
   }
   torch::cuda::synchronize();
@@ -168,7 +170,7 @@ TEST_P(GpuOffloadTest, OutsideModesTheGpuHoldsNoState) {
   auto moving = make_engine(GetParam(), false, false, /*outside_modes=*/true);
   const int64_t after_init = compat::cuda_allocated_bytes(0) - empty;
   try {
-    moving->train_batch(gpu_batch(40), sft_loss);
+    train_batch(*moving, gpu_batch(40), sft_loss);
     ADD_FAILURE() << "a step outside the modes ran";
   } catch (const EngineryError& e) {
     const std::string message = e.what();
@@ -181,8 +183,8 @@ TEST_P(GpuOffloadTest, OutsideModesTheGpuHoldsNoState) {
   for (int step = 0; step < 2; ++step) {
     BatchOutput got;
     train_s += seconds_of([&] {
-      auto mode = moving->train_mode();
-      got = moving->train_batch(gpu_batch(40 + step), sft_loss);
+      auto mode = train_mode(*moving);
+      got = train_batch(*moving, gpu_batch(40 + step), sft_loss);
       torch::cuda::synchronize();
       in_train = compat::cuda_allocated_bytes(0) - empty;
     });
@@ -190,7 +192,7 @@ TEST_P(GpuOffloadTest, OutsideModesTheGpuHoldsNoState) {
     EXPECT_EQ(got.grad_norm.item<double>(), want[step].grad_norm.item<double>()) << "step " << step;
     EXPECT_TRUE(moving->offloaded()) << "the state stayed on the GPU after train_mode()";
     eval_s += seconds_of([&] {
-      auto mode = moving->eval_mode();
+      auto mode = eval_mode(*moving);
       torch::cuda::synchronize();
       in_eval = compat::cuda_allocated_bytes(0) - empty;
     });
@@ -204,7 +206,7 @@ TEST_P(GpuOffloadTest, OutsideModesTheGpuHoldsNoState) {
   EXPECT_GE(in_train - outside, state * 9 / 10) << "train_mode() did not bring the whole state";
   EXPECT_GE(in_eval - outside, shard_bytes * 9 / 10) << "eval_mode() did not bring the master shards";
   EXPECT_LT(in_eval - outside, state / 2) << "eval_mode() brought the optimizer state too";
-  auto mode = moving->eval_mode();
+  auto mode = eval_mode(*moving);
   for (const auto& [name, t] : engine_params(*moving)) EXPECT_TRUE(torch::equal(t.cpu(), want_params.at(name))) << name;
   std::cout << "offload_outside_modes " << GetParam() << ": state " << state / 1e9 << " GB; GPU allocated outside "
             << outside / 1e9 << " GB, in eval_mode " << in_eval / 1e9 << " GB, in train_mode (after a step) "
@@ -239,8 +241,8 @@ TEST_P(ParamOffloadGpuTest, StepsMatchTheResidentEngine) {
                              (optimizer ? "1" : "0");
     for (int step = 0; step < 3; ++step) {
       const Batch batch = gpu_batch(20 + step);
-      const auto got = offloaded->train_batch(batch, sft_loss);
-      const auto want = reference->train_batch(batch, sft_loss);
+      const auto got = train_batch(*offloaded, batch, sft_loss);
+      const auto want = train_batch(*reference, batch, sft_loss);
       const double loss = got.loss.item<double>(), want_loss = want.loss.item<double>();
       if (step == 0) EXPECT_EQ(loss, want_loss) << what << ": first loss";
       EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss)) << what << ", step " << step;
@@ -270,8 +272,8 @@ TEST_P(ParamOffloadGpuTest, GpuMemoryBetweenStepsExcludesOffloadedState) {
     compat::cuda_empty_cache();
     const int64_t before = compat::cuda_allocated_bytes(0);
     auto engine = make_engine(GetParam(), offload, offload);
-    engine->train_batch(gpu_batch(30), sft_loss);
-    engine->train_batch(gpu_batch(31), sft_loss);
+    train_batch(*engine, gpu_batch(30), sft_loss);
+    train_batch(*engine, gpu_batch(31), sft_loss);
     torch::cuda::synchronize();
     state = state_bytes(*engine);
     if (offload) {

@@ -8,6 +8,7 @@
 #include "host_api/error.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -88,7 +89,7 @@ void round_trip_on_two_ranks(const std::string& strategy) {
     moved.initialize();
     stayed.initialize();
     auto batch = [&](uint64_t seed) { return rank_slice(make_batch(4, 8, 64, seed), ctx.rank, 2); };
-    expect_same_output(moved.train_batch(batch(1), sft_loss), stayed.train_batch(batch(1), sft_loss), "step 1");
+    expect_same_output(train_batch(moved, batch(1), sft_loss), train_batch(stayed, batch(1), sft_loss), "step 1");
 
     Snapshot before = snapshot(moved);
     moved.to(torch::kCPU);
@@ -97,7 +98,7 @@ void round_trip_on_two_ranks(const std::string& strategy) {
     before = snapshot(moved);
     moved.to(torch::Device(torch::kCPU));
     expect_moved(moved, before);
-    expect_same_output(moved.train_batch(batch(2), sft_loss), stayed.train_batch(batch(2), sft_loss),
+    expect_same_output(train_batch(moved, batch(2), sft_loss), train_batch(stayed, batch(2), sft_loss),
                        "the step after a round trip");
     expect_same_params(moved, stayed, "after a round trip");
 
@@ -107,8 +108,8 @@ void round_trip_on_two_ranks(const std::string& strategy) {
     moved.to(torch::kCPU, /*model=*/false, /*optimizer=*/true, /*grad=*/false);
     moved.to(torch::kCPU, /*model=*/false, /*optimizer=*/false, /*grad=*/true);
     moved.to(torch::kCPU, /*model=*/true, /*optimizer=*/false, /*grad=*/false);
-    moved.forward_backward_batch(batch(3), sft_loss, false);
-    stayed.forward_backward_batch(batch(3), sft_loss, false);
+    forward_backward_batch(moved, batch(3), sft_loss, false);
+    forward_backward_batch(stayed, batch(3), sft_loss, false);
     EXPECT_EQ(moved.optimizer_step().item<double>(), stayed.optimizer_step().item<double>()) << "grad norm";
     expect_same_params(moved, stayed, "after a part-by-part round trip with a pending zero");
   });

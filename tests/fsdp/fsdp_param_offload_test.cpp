@@ -11,11 +11,12 @@
 #include <functional>
 #include <limits>
 
-#include "host_api/config_support.h"
+#include "engine_driver/config_checks.h"
 #include "host_api/error.h"
 #include "plugin/veomni/veomni_engine.h"
 #include "tests/fsdp/checkpoint_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -105,10 +106,10 @@ void offloaded_equals_resident(const std::string& strategy, bool scaler) {
     for (int step = 0; step < 3; ++step) {
       const Batch batch = step_batch(ctx.rank, 10 + step);
       const LossFn loss = loss_for_step(ctx.rank, step, poisoned);
-      const BatchOutput want = resident->train_batch(batch, loss);
+      const BatchOutput want = train_batch(*resident, batch, loss);
       for (size_t k = 0; k < offloaded.size(); ++k) {
         const std::string what = kOffloads[k].name() + ", step " + std::to_string(step);
-        expect_same_step(offloaded[k]->train_batch(batch, loss), want, what);
+        expect_same_step(train_batch(*offloaded[k], batch, loss), want, what);
         expect_compute_copies_follow(*offloaded[k], kOffloads[k], scaler, what);
         if (scaler) {
           EXPECT_EQ(offloaded[k]->grad_scaler()->current_scale(), resident->grad_scaler()->current_scale()) << what;
@@ -136,14 +137,14 @@ TEST(FsdpParamOffload, AMasterWrittenBetweenStepsReachesTheNextForward) {
     const Offload both{true, true};
     auto resident = make_engine(offload_args(ctx, "fsdp2", kResident, false));
     auto offloaded = make_engine(offload_args(ctx, "fsdp2", both, false));
-    expect_same_step(offloaded->train_batch(step_batch(ctx.rank, 1), sft_loss),
-                     resident->train_batch(step_batch(ctx.rank, 1), sft_loss), "step 1");
+    expect_same_step(train_batch(*offloaded, step_batch(ctx.rank, 1), sft_loss),
+                     train_batch(*resident, step_batch(ctx.rank, 1), sft_loss), "step 1");
     for (auto* engine : {resident.get(), offloaded.get()}) {
       for (auto& u : engine->fsdp_module()->units()) u.shard().mul_(0.75);
     }
     for (const fsdp::FsdpUnit& u : offloaded->fsdp_module()->units()) EXPECT_FALSE(u.compute_copy_fresh()) << u.name();
-    expect_same_step(offloaded->train_batch(step_batch(ctx.rank, 2), sft_loss),
-                     resident->train_batch(step_batch(ctx.rank, 2), sft_loss), "after the masters were scaled");
+    expect_same_step(train_batch(*offloaded, step_batch(ctx.rank, 2), sft_loss),
+                     train_batch(*resident, step_batch(ctx.rank, 2), sft_loss), "after the masters were scaled");
     expect_compute_copies_follow(*offloaded, both, false, "after the step that followed the write");
     const TensorMap want = full_state(*resident);
     expect_bitwise_equal(full_state(*offloaded), want, "after the write and a step");
@@ -156,16 +157,16 @@ TEST(FsdpParamOffload, CheckpointRoundTripWithOffloadedState) {
   testing::run_ranks(2, [](const testing::RankContext& ctx) {
     const Offload both{true, true};
     auto saver = make_engine(offload_args(ctx, "fsdp2", both, false));
-    saver->train_batch(step_batch(ctx.rank, 1), sft_loss);
-    saver->train_batch(step_batch(ctx.rank, 2), sft_loss);
+    train_batch(*saver, step_batch(ctx.rank, 1), sft_loss);
+    train_batch(*saver, step_batch(ctx.rank, 2), sft_loss);
     const std::string dir = ctx.shared_dir + "/offloaded_ckpt";
     saver->save_checkpoint(dir, 2, 0);
-    const BatchOutput want = saver->train_batch(step_batch(ctx.rank, 3), sft_loss);
+    const BatchOutput want = train_batch(*saver, step_batch(ctx.rank, 3), sft_loss);
     const TensorMap want_state = full_state(*saver);
     for (const Offload& o : {both, kResident, Offload{true, false}}) {
       auto loader = make_engine(offload_args(ctx, "fsdp2", o, false));
       loader->load_checkpoint(dir);
-      expect_same_step(loader->train_batch(step_batch(ctx.rank, 3), sft_loss), want, "loaded into " + o.name());
+      expect_same_step(train_batch(*loader, step_batch(ctx.rank, 3), sft_loss), want, "loaded into " + o.name());
       expect_bitwise_equal(full_state(*loader), want_state, "loaded into " + o.name());
     }
   });
@@ -178,8 +179,8 @@ TEST(FsdpParamOffload, ToCpuOnAnOffloadedEngineKeepsTheNextStepBitwise) {
     for (const Offload& o : kOffloads) {
       auto moved = make_engine(offload_args(ctx, "fsdp", o, false));
       auto stayed = make_engine(offload_args(ctx, "fsdp", o, false));
-      expect_same_step(moved->train_batch(step_batch(ctx.rank, 1), sft_loss),
-                       stayed->train_batch(step_batch(ctx.rank, 1), sft_loss), o.name() + ", step 1");
+      expect_same_step(train_batch(*moved, step_batch(ctx.rank, 1), sft_loss),
+                       train_batch(*stayed, step_batch(ctx.rank, 1), sft_loss), o.name() + ", step 1");
       const void* master = moved->fsdp_module()->units()[0].shard().data_ptr();
       moved->to(torch::kCPU);
       EXPECT_FALSE(moved->offloaded()) << o.name();
@@ -187,8 +188,8 @@ TEST(FsdpParamOffload, ToCpuOnAnOffloadedEngineKeepsTheNextStepBitwise) {
         EXPECT_EQ(moved->fsdp_module()->units()[0].shard().data_ptr(), master) << o.name() << ": the master moved";
       }
       moved->to(torch::kCPU);
-      expect_same_step(moved->train_batch(step_batch(ctx.rank, 2), sft_loss),
-                       stayed->train_batch(step_batch(ctx.rank, 2), sft_loss), o.name() + ", after to()");
+      expect_same_step(train_batch(*moved, step_batch(ctx.rank, 2), sft_loss),
+                       train_batch(*stayed, step_batch(ctx.rank, 2), sft_loss), o.name() + ", after to()");
       const TensorMap got = full_state(*moved);  // collective: one at a time, in the same order on every rank
       expect_bitwise_equal(got, full_state(*stayed), o.name() + " after to()");
     }
@@ -210,8 +211,8 @@ TEST(FsdpParamOffload, HostOptimizerStepEqualsResidentAndBadSettingsAreRefused) 
     auto host = make_engine(args);
     for (int step = 0; step < 3; ++step) {
       const Batch batch = step_batch(ctx.rank, 40 + step);
-      const BatchOutput want = resident->train_batch(batch, sft_loss);
-      const BatchOutput got = host->train_batch(batch, sft_loss);
+      const BatchOutput want = train_batch(*resident, batch, sft_loss);
+      const BatchOutput got = train_batch(*host, batch, sft_loss);
       if (step == 0) expect_same_step(got, want, "host step 0");
       const double loss = want.loss.item<double>(), norm = want.grad_norm.item<double>();
       EXPECT_NEAR(got.loss.item<double>(), loss, 1e-4 * std::abs(loss)) << "host step " << step;
@@ -225,7 +226,7 @@ TEST(FsdpParamOffload, HostOptimizerStepEqualsResidentAndBadSettingsAreRefused) 
     bf16_args.engine.backend_options["offload_step"] = "host";
     auto bf16_host = make_engine(bf16_args);
     for (int step = 0; step < 2; ++step) {
-      bf16_host->train_batch(step_batch(ctx.rank, 50 + step), sft_loss);
+      train_batch(*bf16_host, step_batch(ctx.rank, 50 + step), sft_loss);
       for (const fsdp::FsdpUnit& u : bf16_host->fsdp_module()->units()) {
         ASSERT_TRUE(u.compute_copy().defined()) << u.name();
         EXPECT_FALSE(u.compute_copy_fresh()) << "bf16 host step " << step << ", " << u.name();

@@ -4,9 +4,10 @@
 #include <gtest/gtest.h>
 
 #include "host_api/error.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "support/torch_compat.h"
 #include "tests/fsdp/fsdp_test_util.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -89,7 +90,7 @@ TEST_P(PrecisionTest, ForwardComputesInTheDtype) {
       if (unit > 0) seen.push_back(t.scalar_type());
     };
     Batch b = make_batch(2, 8, 64, 1);  // one micro-batch of two rows
-    const torch::Tensor loss = engine.forward_backward_batch(b, sft_loss, /*forward_only=*/false).loss;
+    const torch::Tensor loss = forward_backward_batch(engine, b, sft_loss, /*forward_only=*/false).loss;
     const auto expected = PrecisionType::to_dtype(dtype);
     ASSERT_EQ(seen.size(), 3u);  // two layers and the head
     for (auto s : seen) EXPECT_EQ(s, expected);
@@ -128,7 +129,7 @@ TEST(PrecisionSubclass, SkippingBuildFsdpModuleKeepsBf16AndNoScaler) {
     if (unit > 0) seen.push_back(t.scalar_type());
   };
   Batch b = make_batch(2, 8, 64, 2);
-  const torch::Tensor loss = engine.forward_backward_batch(b, sft_loss, /*forward_only=*/false).loss;
+  const torch::Tensor loss = forward_backward_batch(engine, b, sft_loss, /*forward_only=*/false).loss;
   ASSERT_FALSE(seen.empty());
   for (auto s : seen) EXPECT_EQ(s, c10::kBFloat16);
   EXPECT_TRUE(std::isfinite(loss.item<double>()));

@@ -7,6 +7,7 @@
 #include "models/model_factory.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -42,7 +43,7 @@ TEST_P(RealModelTest, BuiltinModelMatchesUnshardedReference) {
     expect_params_near(params, *ref.model(), 0.0, "after initialize");
     for (int step = 0; step < 2; ++step) {
       Batch global = make_batch(4, 12, 256, 500 + step);
-      auto out = engine.train_batch(rank_slice(global, ctx.rank, 2), sft_loss);
+      auto out = train_batch(engine, rank_slice(global, ctx.rank, 2), sft_loss);
       ref.accumulate(global, sft_loss);
       const double ref_norm = ref.step();
       EXPECT_NEAR(out.grad_norm.item<double>(), ref_norm, 1e-5 * ref_norm) << "step " << step;
@@ -82,7 +83,7 @@ TEST(RealModel, RemovePaddingMatchesPaddedOnRaggedRanks) {
       local.set("loss_mask", mask.to(torch::kFloat));
       local.set_meta("calculate_entropy", true);
       std::vector<BatchOutput> outs;
-      for (auto& e : engines) outs.push_back(e->train_batch(local, sft_loss));
+      for (auto& e : engines) outs.push_back(train_batch(*e, local, sft_loss));
       expect_losses_and_norms_match(outs, {"padded", "packed", "packed + dynamic"}, step);
       for (size_t i = 1; i < outs.size(); ++i) {
         const std::string what = (i == 1 ? "packed, step " : "packed + dynamic, step ") + std::to_string(step);
@@ -130,7 +131,7 @@ TEST(RealModel, CheckpointingPoliciesTrainAsStoredActivations) {
     for (int step = 0; step < 2; ++step) {
       const Batch local = make_batch(2, 12, 256, 700 + 10 * step + ctx.rank);
       std::vector<BatchOutput> outs;
-      for (auto& e : engines) outs.push_back(e->train_batch(local, sft_loss));
+      for (auto& e : engines) outs.push_back(train_batch(*e, local, sft_loss));
       expect_losses_and_norms_match(outs, {"stored", "layer", "mlp"}, step);
     }
     // Two AdamW steps of lr 1e-3 apart by at most 2% of one step (AdamW divides tiny gradients by their own size).

@@ -4,6 +4,7 @@
 
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -34,14 +35,14 @@ TEST(FsdpScaler, InfOnOneRankSkipsEveryRankAndBacksOff) {
     ASSERT_NE(scaler, nullptr);
     Batch global = make_batch(4, 8, 64, 7);
     // One clean step so the optimizer state is not trivially zero.
-    engine.train_batch(rank_slice(global, ctx.rank, 2), sft_loss);
+    train_batch(engine, rank_slice(global, ctx.rank, 2), sft_loss);
     EXPECT_FALSE(scaler->last_step_skipped());
     const double scale_before = scaler->current_scale();
     const auto state_before = optimizer_state(engine);
     const int64_t steps_before = engine.optimizer()->step_count();
 
     engine.optimizer_zero_grad();
-    engine.forward_backward_batch(rank_slice(global, ctx.rank, 2), sft_loss, false);
+    forward_backward_batch(engine, rank_slice(global, ctx.rank, 2), sft_loss, false);
     if (ctx.rank == 1) engine.fsdp_module()->units()[1].shard_grad()[0] = std::numeric_limits<float>::infinity();
     auto norm = engine.optimizer_step();
 
@@ -62,7 +63,7 @@ TEST(FsdpScaler, ScaleGrowsAfterGrowthIntervalCleanSteps) {
     engine.initialize();
     auto* scaler = engine.sharded_grad_scaler();
     for (int64_t step = 1; step <= interval; ++step) {
-      engine.train_batch(rank_slice(make_batch(4, 8, 64, 20 + step), ctx.rank, 2), sft_loss);
+      train_batch(engine, rank_slice(make_batch(4, 8, 64, 20 + step), ctx.rank, 2), sft_loss);
       EXPECT_FALSE(scaler->last_step_skipped());
       if (step < interval) {
         EXPECT_EQ(scaler->current_scale(), 64.0) << "step " << step;
@@ -85,8 +86,8 @@ TEST(FsdpScaler, ScaledFp32RunEqualsUnscaledRun) {
     Reference ref(TinyConfig{}, plain_args);
     for (int step = 0; step < 3; ++step) {
       Batch global = make_batch(4, 8, 64, 40 + step);
-      auto a = scaled.train_batch(rank_slice(global, ctx.rank, 2), sft_loss);
-      auto b = plain.train_batch(rank_slice(global, ctx.rank, 2), sft_loss);
+      auto a = train_batch(scaled, rank_slice(global, ctx.rank, 2), sft_loss);
+      auto b = train_batch(plain, rank_slice(global, ctx.rank, 2), sft_loss);
       EXPECT_NEAR(a.grad_norm.item<double>(), b.grad_norm.item<double>(), 1e-5 * b.grad_norm.item<double>());
       ref.accumulate(global, sft_loss);
       ref.step();

@@ -13,6 +13,7 @@
 #include "host_api/shard_export.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -29,7 +30,7 @@ TEST_P(ShardExport, PiecesAreSlicesOfTheFullWeightsAndEachShardGroupCoversThemOn
     fsdp::FSDPEngine engine(args);
     engine.initialize();
     Batch batch = make_batch(8, 8, 64, 5);
-    engine.train_batch(rank_slice(batch, ctx.rank, ctx.world_size), sft_loss);
+    train_batch(engine, rank_slice(batch, ctx.rank, ctx.world_size), sft_loss);
 
     const ShardPlacement placement = engine.shard_placement();
     const int64_t first = ctx.rank / 2 * 2;

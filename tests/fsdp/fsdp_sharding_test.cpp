@@ -5,6 +5,7 @@
 #include "plugin/fsdp/fsdp_module.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -60,7 +61,7 @@ TEST_P(ShardingTest, MatchesUnshardedReference) {
     const int64_t global_rows = 8;
     for (int step = 0; step < 3; ++step) {
       Batch global = make_batch(global_rows, 10, model_cfg.vocab, 100 + step);
-      auto out = engine.train_batch(rank_slice(global, ctx.rank, ctx.world_size), loss);
+      auto out = train_batch(engine, rank_slice(global, ctx.rank, ctx.world_size), loss);
       ref.accumulate(global, loss);
       const double ref_norm = ref.step();
       EXPECT_NEAR(out.grad_norm.item<double>(), ref_norm, 1e-5 * std::max(1.0, ref_norm)) << "step " << step;
@@ -103,7 +104,7 @@ TEST(ShardingReduceDtype, Fp16ReductionIsCloseButNotExact) {
       EXPECT_EQ(engine.reduce_dtype(), i == 0 ? c10::kFloat : c10::kHalf);
       Batch global = make_batch(8, 10, 64, 900);
       engine.optimizer_zero_grad();
-      engine.forward_backward_batch(rank_slice(global, ctx.rank, 2), sft_loss, false);
+      forward_backward_batch(engine, rank_slice(global, ctx.rank, 2), sft_loss, false);
       norms[i] = engine.optimizer_step().item<double>();
     }
     EXPECT_NE(norms[0], norms[1]);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "host_api/base_engine.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 #include "plugin/fsdp/fsdp_engine.h"
 #include "tests/fsdp/tiny_decoder.h"
 

@@ -11,6 +11,7 @@
 #include "models/model_args.h"
 #include "models/sequence_parallel.h"
 #include "tests/fsdp/ulysses_test_util.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -55,9 +56,9 @@ TEST(Ulysses, GroupWhoseRanksHoldDifferentRowsIsRefusedOnEveryRank) {
     fsdp::FSDPEngine engine(ulysses_args(ctx, "builtin:qwen3-tiny", {"sp 2", 2}, "fp32", {}));
     engine.initialize();
     const Batch shared = ragged_batch(4, 16, 77);
-    EXPECT_EQ(error_of([&] { engine.forward_backward_batch(shared, loss_with_entropy, false); }), "");
+    EXPECT_EQ(error_of([&] { forward_backward_batch(engine, shared, loss_with_entropy, false); }), "");
     const Batch own = ragged_batch(4, 16, 78 + ctx.rank);
-    const std::string error = error_of([&] { engine.forward_backward_batch(own, loss_with_entropy, false); });
+    const std::string error = error_of([&] { forward_backward_batch(engine, own, loss_with_entropy, false); });
     EXPECT_NE(error.find("holds different micro-batches on ranks 0 and 1"), std::string::npos) << error;
     EXPECT_NE(error.find("engine.fsdp2.ulysses_sequence_parallel_size"), std::string::npos) << error;
   });

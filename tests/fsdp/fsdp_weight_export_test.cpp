@@ -11,6 +11,8 @@
 #include "models/model_factory.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
+#include "engine_driver/weight_export.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -35,7 +37,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 std::map<std::string, torch::Tensor> train_and_read_hf_export(fsdp::FSDPEngine& engine,
                                                               const testing::RankContext& ctx) {
   Batch batch = make_batch(4, 8, 64, 11);
-  engine.train_batch(rank_slice(batch, ctx.rank, ctx.world_size), sft_loss);
+  train_batch(engine, rank_slice(batch, ctx.rank, ctx.world_size), sft_loss);
   const std::string dir = ctx.shared_dir + "/global_step_1";
   engine.save_checkpoint(dir, 1, 0);
   ModelConfig from_dir;
@@ -60,7 +62,7 @@ TEST_P(WeightExport, StreamEqualsTheHfExportInFp32AndBf16) {
     engine.initialize();
     const auto hf = train_and_read_hf_export(engine, ctx);
     for (const auto dtype : {c10::kFloat, c10::kBFloat16}) {
-      auto stream = engine.weight_stream(dtype);
+      auto stream = weight_stream(engine, dtype);
       std::set<std::string> seen;
       size_t groups = 0;
       for (auto group = stream->next(); !group.empty(); group = stream->next()) {
@@ -95,7 +97,7 @@ TEST(WeightExportBuckets, TableCoversEveryTensorWithinTheBucketSize) {
     engine.initialize();
     const auto want = engine_params(engine);
     const int64_t bucket_bytes = 6000;
-    WeightBucketer bucketer(engine.weight_stream(c10::kBFloat16), bucket_bytes);
+    WeightBucketer bucketer(weight_stream(engine, c10::kBFloat16), bucket_bytes);
     std::vector<std::string> order;
     WeightBucket bucket;
     size_t buckets = 0;
@@ -128,7 +130,7 @@ TEST(WeightExportBuckets, NonPositiveSizeIsRefused) {
   fsdp::FSDPEngine engine(args);
   engine.initialize();
   try {
-    WeightBucketer bucketer(engine.weight_stream(c10::kFloat), 0);
+    WeightBucketer bucketer(weight_stream(engine, c10::kFloat), 0);
     FAIL() << "a zero bucket size was accepted";
   } catch (const EngineryError& e) {
     EXPECT_NE(std::string(e.what()).find("WeightBucketer"), std::string::npos) << e.what();

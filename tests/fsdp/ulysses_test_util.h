@@ -10,6 +10,7 @@
 
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -116,7 +117,7 @@ inline void expect_variants_match_data_parallel(const testing::RankContext& ctx,
       e->optimizer_zero_grad();
       const Batch mine = rank_slice(global, static_cast<int>(e->get_data_parallel_rank()),
                                     static_cast<int>(e->get_data_parallel_size()));
-      outs.push_back(e->forward_backward_batch(mine, variants[0].value_model ? LossFn(value_loss) : loss_with_entropy,
+      outs.push_back(forward_backward_batch(*e, mine, variants[0].value_model ? LossFn(value_loss) : loss_with_entropy,
                                                /*forward_only=*/false));
       grads.push_back(e->local_parameters());
     }
@@ -124,7 +125,7 @@ inline void expect_variants_match_data_parallel(const testing::RankContext& ctx,
     if (step == 1) {  // infer_batch (eval mode, no grad: verl's log-prob pass) on the trained weights
       std::vector<BatchOutput> inferred;
       for (auto& e : engines) {
-        inferred.push_back(e->infer_batch(rank_slice(global, static_cast<int>(e->get_data_parallel_rank()),
+        inferred.push_back(infer_batch(*e, rank_slice(global, static_cast<int>(e->get_data_parallel_rank()),
                                                      static_cast<int>(e->get_data_parallel_size()))));
       }
       const std::string name = variants[0].value_model ? "values" : "log_probs";

@@ -13,6 +13,7 @@
 #include "registry/plugin_loader.h"
 #include "trainer/losses.h"
 #include "trainer/train_config.h"
+#include "engine_driver/step_loop.h"
 
 namespace {
 
@@ -57,7 +58,7 @@ int run(int argc, char** argv) {
   const Batch batch = parity_batch();
   const int64_t steps = std::atoll(argv[3]);
   for (int64_t step = 1; step <= steps; ++step) {
-    const BatchOutput out = engine->train_batch(batch, sft_loss);
+    const BatchOutput out = train_batch(*engine, batch, sft_loss);
     std::printf("%a %a %a\n", out.loss.item<double>(), out.grad_norm.item<double>(), out.lr);
   }
   engine->save_checkpoint(argv[2], steps, 0);

@@ -2,6 +2,7 @@
 
 #include "host_api/error.h"
 #include "registry/engine_registry.h"
+#include "engine_driver/config_checks.h"
 #include "tests/registry/fake_engine.h"
 
 namespace enginery::test {

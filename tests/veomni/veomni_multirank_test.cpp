@@ -9,6 +9,7 @@
 #include "plugin/veomni/veomni_engine.h"
 #include "tests/support/multirank.h"
 #include "tests/veomni/veomni_test_util.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace {
@@ -27,7 +28,7 @@ Batch half(const Batch& global, int rank, int world) {
 std::map<std::string, torch::Tensor> train(BaseEngine& engine, const Batch& batch, std::vector<double>* norms) {
   engine.initialize();
   for (int step = 0; step < kSteps; ++step) {
-    auto out = engine.train_batch(batch, veomni_test::sft_loss);
+    auto out = train_batch(engine, batch, veomni_test::sft_loss);
     if (norms) norms->push_back(out.grad_norm.item<double>());
   }
   return veomni_test::params_of(engine);
@@ -78,7 +79,7 @@ void run_world2(const std::string& param_dtype, double tolerance_vs_world1) {
 
     std::vector<double> veomni_norms;
     for (int step = 0; step < kSteps; ++step) {
-      veomni_norms.push_back(veomni.train_batch(mine, veomni_test::sft_loss).grad_norm.item<double>());
+      veomni_norms.push_back(train_batch(veomni, mine, veomni_test::sft_loss).grad_norm.item<double>());
     }
     auto veomni_params = veomni_test::params_of(veomni);
 

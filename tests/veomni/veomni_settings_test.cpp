@@ -2,10 +2,11 @@
 // training through the inherited forward_step.
 #include <gtest/gtest.h>
 
-#include "host_api/config_support.h"
+#include "engine_driver/config_checks.h"
 #include "host_api/error.h"
 #include "plugin/veomni/veomni_engine.h"
 #include "tests/veomni/veomni_test_util.h"
+#include "engine_driver/step_loop.h"
 
 namespace enginery {
 namespace {
@@ -61,7 +62,7 @@ TEST(VeOmniSettings, MixedPrecisionFalseKeepsBf16Weights) {
   for (const std::string mp : {"false", "true"}) {
     VeOmniEngine engine(make_args({{"mixed_precision", mp}}));
     engine.initialize();
-    for (int step = 0; step < 2; ++step) engine.train_batch(batch, veomni_test::sft_loss);
+    for (int step = 0; step < 2; ++step) train_batch(engine, batch, veomni_test::sft_loss);
     bool all_bf16 = true;
     for (auto& u : engine.fsdp_module()->units()) {
       const auto& s = u.shard();
@@ -124,7 +125,7 @@ TEST(VeOmniTraining, TrainingLowersLossAndForwardStepIsInherited) {
   auto batch = veomni_test::make_batch(4, 16, 5);
   double first = 0.0, last = 0.0;
   for (int step = 0; step < 10; ++step) {
-    auto out = engine.train_batch(batch, veomni_test::sft_loss);
+    auto out = train_batch(engine, batch, veomni_test::sft_loss);
     ASSERT_TRUE(std::isfinite(out.grad_norm.item<double>()));
     (step == 0 ? first : last) = out.loss.item<double>();
   }
@@ -132,7 +133,7 @@ TEST(VeOmniTraining, TrainingLowersLossAndForwardStepIsInherited) {
 
   // forward_step is FSDPEngine's: it gathers through the module veomni built and reshards after a no-grad pass.
   torch::NoGradGuard no_grad;
-  const BatchOutput out = engine.forward_backward_batch(batch, veomni_test::sft_loss, /*forward_only=*/true);
+  const BatchOutput out = forward_backward_batch(engine, batch, veomni_test::sft_loss, /*forward_only=*/true);
   ASSERT_TRUE(out.outputs.count("log_probs"));
   EXPECT_EQ(out.outputs.at("log_probs").sizes(), (std::vector<int64_t>{4, 16}));
   EXPECT_TRUE(std::isfinite(out.loss.item<double>()));
@@ -146,7 +147,7 @@ TEST(VeOmniTraining, FullShardOffEqualsFullShardOnInFp32) {
   for (int i = 0; i < 2; ++i) {
     VeOmniEngine engine(make_args({{"enable_full_shard", i == 0 ? "true" : "false"}}, "fp32"));
     engine.initialize();
-    for (int step = 0; step < 3; ++step) engine.train_batch(batch, veomni_test::sft_loss);
+    for (int step = 0; step < 3; ++step) train_batch(engine, batch, veomni_test::sft_loss);
     params[i] = veomni_test::params_of(engine);
   }
   EXPECT_EQ(veomni_test::max_diff(params[0], params[1]), 0.0);

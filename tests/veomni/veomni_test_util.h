@@ -8,7 +8,7 @@
 #include <string>
 
 #include "host_api/base_engine.h"
-#include "host_api/precision.h"
+#include "engine_driver/precision.h"
 
 namespace enginery {
 namespace veomni_test {

@@ -9,6 +9,8 @@
 #include "trainer/grpo/advantages.h"
 #include "trainer/grpo/rollout_data.h"
 #include "trainer/grpo/rollout_settings.h"
+#include "engine_driver/step_loop.h"
+#include "engine_driver/mode_guard.h"
 
 namespace enginery {
 namespace grpo {
@@ -61,7 +63,7 @@ GrpoStep::Rollout GrpoStep::sample(int64_t step, const std::vector<Example>& exa
   // verl's colocated order: the weights leave in eval mode, then (offload_outside_modes) the state waits on the
   // host while the sampler generates.
   guard_collective("grpo: the actor's weight stream at step " + std::to_string(step), rank_, [&] {
-    auto mode = engine_.eval_mode();
+    auto mode = eval_mode(engine_);
     rollout_.load_from(engine_);
   });
   timing["timing_s/update_weights"] = seconds_since(t);
@@ -102,7 +104,7 @@ void GrpoStep::add_log_probs(Rollout& r, std::map<std::string, double>& timing, 
   // verl's actor/entropy is measured here, on the rollout's tokens before the update.
   b.set_meta("calculate_entropy", true);
   const BatchOutput out = guard_collective("grpo: old log-probs (engine infer_batch)", rank_,
-                                           [&] { return engine_.infer_batch(b); });
+                                           [&] { return infer_batch(engine_, b); });
   b.set("old_log_probs", output_of(out, "log_probs").detach().to(torch::kFloat));
   sums[kEntropy] = (output_of(out, "entropy").to(torch::kDouble) * mask.to(torch::kDouble)).sum().item<double>();
   b.set_meta("calculate_entropy", loss_options_.entropy_coeff != 0.0);
@@ -119,11 +121,11 @@ std::map<std::string, double> GrpoStep::update(const Batch& batch, const std::st
   std::map<std::string, double> sums;
   double lr = 0.0;
   int64_t updates = 0;
-  auto mode = engine_.train_mode();
+  auto mode = train_mode(engine_);
   for (int64_t epoch = 0; epoch < config_.actor.ppo_epochs; ++epoch) {
     for (const Batch& mini : batch.split(rows)) {
       const BatchOutput out = guard_collective("grpo: engine train_batch" + at_step, rank_,
-                                               [&] { return engine_.train_batch(mini, loss_fn_); });
+                                               [&] { return train_batch(engine_, mini, loss_fn_); });
       for (const auto& [name, value] : out.metrics) sums["actor/" + name] += value.item<double>();
       sums["actor/grad_norm"] += out.grad_norm.defined() ? out.grad_norm.item<double>() : 0.0;
       lr = out.lr;
