@@ -56,6 +56,17 @@ Batch filler(const Batch& batch) {
   return one;
 }
 
+// A filler's loss: zero, through every output the model made, so its backward still runs every unit's collectives
+// and adds zero gradients. The caller's loss function never sees a filler: it is not the caller's data, and a loss
+// over no target (a mean, say) could be 0 / 0.
+LossResult filler_loss(const ModelOutput& output, const Batch&, const LossContext&) {
+  torch::Tensor zero;
+  for (const torch::Tensor& t : {output.log_probs, output.entropy, output.values}) {
+    if (t.defined()) zero = zero.defined() ? zero + t.sum() * 0.0 : t.sum() * 0.0;
+  }
+  return LossResult{zero, {}};
+}
+
 // Outputs concatenated in run order, put back in the batch's row order.
 torch::Tensor in_batch_order(const torch::Tensor& run_order, const std::vector<int64_t>& rows) {
   bool identity = true;
@@ -221,12 +232,14 @@ BatchOutput forward_backward_batch(BaseEngine& engine, const Batch& given, const
   BatchOutput out;
   std::map<std::string, std::vector<torch::Tensor>> pieces;
   std::vector<int64_t> order;  // the batch row of each output row, in run order
+  const LossFn filler_fn = loss_fn ? LossFn(filler_loss) : LossFn();
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     ctx.micro_batch_index = static_cast<int64_t>(i);
     const std::vector<int64_t>& rows = plan.rows[i];
-    MicroBatchResult r = EngineAccess::forward_step(engine, rows.empty() ? filler(batch) : select_rows(batch, rows), loss_fn, ctx,
-                                      forward_only);
-    if (rows.empty()) continue;  // a filler adds no loss, metric or output
+    const bool is_filler = rows.empty();
+    MicroBatchResult r = EngineAccess::forward_step(engine, is_filler ? filler(batch) : select_rows(batch, rows),
+                                                    is_filler ? filler_fn : loss_fn, ctx, forward_only);
+    if (is_filler) continue;  // a filler adds no loss, metric or output
     if (r.loss.defined()) accumulate(out.loss, r.loss.detach());
     for (const auto& [name, t] : {std::pair{"log_probs", r.output.log_probs}, std::pair{"entropy", r.output.entropy},
                                   std::pair{"values", r.output.values}}) {

@@ -171,6 +171,38 @@ TEST(FsdpMicroBatch, DynamicBatchSizeEqualsFixedMicroBatches) {
   });
 }
 
+// A rank that runs a filler (fewer micro-batches than another rank) hands the caller's loss function only its own
+// micro-batches: the filler's zero loss is the loop's (engine_driver/step_loop.cpp), so a loss that divides by its
+// micro-batch's targets (a per-micro-batch mean) or reads its rows cannot be fed a micro-batch that is not the
+// caller's data. Before, the filler reached the loss function, and enginery.verl had to detect it itself.
+TEST(FsdpMicroBatch, FillersNeverReachTheLossFunction) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    auto args = make_args("fsdp2", "fp32", ctx.rank, 2, ctx.group, ctx.store);
+    args.engine.use_dynamic_bsz = true;
+    args.engine.max_token_len_per_gpu = 12;
+    fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
+    engine.initialize();
+    Batch local = make_batch(ctx.rank == 0 ? 4 : 2, 16, 64, 95 + ctx.rank);
+    const std::vector<int64_t> lengths = ctx.rank == 0 ? std::vector<int64_t>{5, 16, 7, 6} : std::vector<int64_t>{3, 4};
+    auto mask = torch::zeros({local.size(), 16}, torch::kLong);
+    for (size_t r = 0; r < lengths.size(); ++r) mask[static_cast<int64_t>(r)].narrow(0, 0, lengths[r]).fill_(1);
+    local.set("attention_mask", mask);
+    local.set("loss_mask", (mask * (torch::arange(16) >= 2).to(torch::kLong)).to(torch::kFloat));
+
+    int calls = 0;
+    const LossFn counting = [&](const ModelOutput& out, const Batch& micro, const LossContext& c) {
+      ++calls;
+      EXPECT_GT(micro.at("loss_mask").sum().item<double>(), 0.0) << "micro-batch " << c.micro_batch_index;
+      return sft_loss(out, micro, c);
+    };
+    const BatchOutput got = forward_backward_batch(engine, local, counting, false);
+    // Rank 0 runs 3 micro-batches of its own; rank 1 spreads its 2 rows over 2 and runs 1 filler.
+    EXPECT_EQ(calls, ctx.rank == 0 ? 3 : 2);
+    EXPECT_EQ(got.outputs.at("log_probs").size(0), local.size());
+    EXPECT_TRUE(torch::isfinite(engine.optimizer_step()).item<bool>());
+  });
+}
+
 // verl sends micro_batch_size_per_gpu / use_dynamic_bsz / max_token_len_per_gpu with each call (a log-prob pass
 // may cut differently from the update): batch metadata overrides the engine's configuration for that call only.
 // Metrics are means over micro-batches, so the "tokens" metric tells how many micro-batches ran.

@@ -185,6 +185,22 @@ def test_unsupported_batch_entries_are_named(change, named):
         engine.infer_batch(data)
 
 
+@pytest.mark.parametrize("temperature, named", [
+    (0.0, "batch metadata 'temperature': = 0.000000 (allowed: a finite number > 0)"),
+    (float("nan"), "batch metadata 'temperature': = nan (allowed: a finite number > 0)"),
+    (True, "batch metadata 'temperature': must be a number (allowed: a finite number > 0)"),
+])
+def test_temperature_value_is_checked_by_the_engine(temperature, named):
+    """The adapter hands verl's temperature on as one value per call and leaves its check to the engine
+    (batch_temperature, docs/ARCHITECTURE.md "One step"); it re-checked the value itself before (issue 43)."""
+    prompts, responses = verl_common.sequences()
+    data = verl_common.verl_batch(prompts, responses)
+    data["temperature"] = temperature
+    with pytest.raises(enginery.EngineryError) as error:
+        adapter().infer_batch(data)
+    assert named in str(error.value)
+
+
 def _rows_changed(key, row, change):
     """A change of verl's batch: row `row` of the jagged entry `key` replaced by change(that row)."""
     def apply(data):

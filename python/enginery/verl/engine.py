@@ -570,9 +570,10 @@ _MICRO_BATCHING = ("micro_batch_size_per_gpu", "use_dynamic_bsz", "max_token_len
 
 # Batch metadata the adapter reads; everything else in the batch goes to the loss function untouched.
 def _temperature(data, scales):
-    """verl's batch['temperature'] as one float: a number, or a tensor of one value per row, which must all be the
-    same (the engines scale a whole call's logits alike). Another value than 1 needs an engine that declares the
-    capability `temperature` (`scales`)."""
+    """verl's batch['temperature'] as the contract's one value per call: a number, or a tensor of one value per row,
+    which must all be the same (the engines scale a whole call's logits alike). The value itself is the engine's to
+    check (host_api/batch.h, batch_temperature). Another value than 1 goes only to an engine that declares the
+    capability `temperature` (`scales`): docs/ARCHITECTURE.md, "One step"."""
     where = "enginery.verl forward_backward_batch"
     temperature = layout.get(data, "temperature", 1.0)
     if isinstance(temperature, torch.Tensor):
@@ -581,13 +582,10 @@ def _temperature(data, scales):
             raise _error(f"batch['temperature'] has {values.numel()} different values", where,
                          "one temperature per batch")
         temperature = values.item()
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
-            or not math.isfinite(temperature):
-        raise _error(f"batch['temperature'] = {temperature!r}", where, "a finite number > 0")
-    if temperature != 1 and not scales:
+    if (isinstance(temperature, bool) or temperature != 1) and not scales:
         raise _error(f"batch['temperature'] = {temperature}: this engine does not declare the capability "
                      f"'temperature'", where, "1.0, or an engine with the capability 'temperature'")
-    return float(temperature)
+    return temperature
 
 
 def _check_metadata(data):
@@ -648,7 +646,7 @@ class _Call:
         pad_token_id = layout.get(data, "pad_token_id", 0)
         self.batch, self.layout = layout.to_engine_batch(data, pad_token_id if isinstance(pad_token_id, int) else 0)
         self.batch["calculate_entropy"] = calculate_entropy
-        if temperature != 1.0:
+        if isinstance(temperature, bool) or temperature != 1:
             self.batch["temperature"] = temperature
         # verl's per-call micro-batching: the engine's host loop honours it for this call (docs/ARCHITECTURE.md,
         # "One step"); a wrong type comes back as an error naming the entry.
@@ -673,13 +671,9 @@ class _Call:
         dp_size because FSDP averages gradients over ranks; enginery sums them (docs/ARCHITECTURE.md, "One step"),
         so the loss handed back for backward is divided by dp_size. The value reported is the loss function's
         own."""
-        # One read from the device for both; the losses are read back once per call, in result().
-        *rows, targets = torch.cat([micro[layout.ROW_KEY].to(torch.float64),
-                                    micro["loss_mask"].sum().to(torch.float64).reshape(1)]).tolist()
-        rows = [int(r) for r in rows]
-        if targets == 0.0 and float(self.batch["loss_mask"][rows].sum()) > 0.0:
-            # A filler (a rank with fewer rows runs one so its collectives pair up): no loss, zero gradients.
-            return next(iter(model_output.values())).sum() * 0.0
+        # The engine's loop never hands a filler to the loss (docs/ARCHITECTURE.md, "One step"): these are rows of
+        # verl's batch. The losses are read back once per call, in result().
+        rows = micro[layout.ROW_KEY].tolist()
         sub = self.layout.subset(rows)
         verl_output = {name: sub.output(name, value) for name, value in model_output.items()}
         device = next(iter(model_output.values())).device
