@@ -63,7 +63,7 @@ if not _FOR_THE_CONSOLE_SCRIPT:
 
 __version__ = _build_info.VERSION
 __all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "ShardStream", "WeightBuckets", "WeightStream",
-           "load_plugins", "plugins", "new_engine"]
+           "load_plugins", "plugins", "new_engine", "engine_config_keys"]
 
 
 def _get_per_tensor_param(self, dtype=None):
@@ -117,6 +117,12 @@ def load_plugins(dirs=()):
 def plugins():
     """Every registered engine: dicts with model_type, backend, device, plugin, manifest, capabilities."""
     return _enginery._plugins()
+
+
+def engine_config_keys():
+    """The dotted keys of new_engine's config that engines read ("engine.mixed_precision.param_dtype", ...; the
+    backend tables [engine.<backend>] aside): what a host maps its own configuration onto (enginery.verl)."""
+    return list(_enginery._engine_config_keys())
 
 
 def new_engine(model_type, backend, device="cpu", config=None):

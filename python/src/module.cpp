@@ -130,6 +130,7 @@ PYBIND11_MODULE(_enginery, m) {
   enginery::python::bind_shards(m);
   m.def("_load_plugins", &enginery::python::load_plugins, py::arg("dirs"), py::arg("bundled"));
   m.def("_plugins", &enginery::python::plugins);
+  m.def("_engine_config_keys", &enginery::python::engine_config_keys);
   m.def(
       "_new_engine",
       [](std::string model_type, std::string backend, std::string device, std::vector<std::string> overrides,

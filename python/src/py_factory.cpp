@@ -10,6 +10,7 @@
 #include "host_api/error.h"
 #include "kernels/runtime_switch.h"
 #include "registry/plugin_loader.h"
+#include "trainer/config_schema.h"
 #include "trainer/engine_factory.h"
 #include "trainer/preflight.h"
 #include "trainer/train_config.h"
@@ -29,13 +30,46 @@ EngineRegistry& registry() {
 
 std::string key_of(const std::string& override_text) { return override_text.substr(0, override_text.find('=')); }
 
+bool is_engine_key(const std::string& key) {
+  const std::string section = key.substr(0, key.find('.'));
+  return section == "model" || section == "engine" || section == "optim" || section == "checkpoint";
+}
+
 // The config dict holds engine settings only: the trainer's own sections mean nothing to an engine.
 void check_engine_key(const std::string& key) {
-  const std::string section = key.substr(0, key.find('.'));
-  if (section != "model" && section != "engine" && section != "optim" && section != "checkpoint") {
+  if (!is_engine_key(key)) {
     throw EngineryError("'" + key + "' is not an engine setting", kConfigSource, kEngineSections);
   }
 }
+
+// The schema's keys of the engine sections that a run reads (trainer/config_schema.h's why_not_read says which a
+// run never reads, whatever their value).
+class EngineKeys final : public ConfigVisitor {
+ public:
+  explicit EngineKeys(const TrainConfig& config) : config_(config) {}
+  std::vector<std::string> keys;
+
+  void field(const std::string& key, int64_t&) override { add(key); }
+  void field(const std::string& key, double&) override { add(key); }
+  void field(const std::string& key, bool&) override { add(key); }
+  void field(const std::string& key, std::string&) override { add(key); }
+  void field(const std::string& key, std::vector<std::string>&) override { add(key); }
+  void field(const std::string& key, std::optional<double>&) override { add(key); }
+  void field(const std::string& key, std::optional<std::string>&) override { add(key); }
+  void field(const std::string& key, double (&)[2]) override { add(key); }
+  void choice(const std::string& key, std::string&, const std::vector<std::string>&) override { add(key); }
+  void precision(const std::string& key, c10::ScalarType&) override { add(key); }
+  void optional_precision(const std::string& key, std::optional<c10::ScalarType>&) override { add(key); }
+  void scaler_mode(const std::string& key, ScalerMode&) override { add(key); }
+  bool has_table(const std::string&) override { return false; }
+  void backend_table(const std::string&, const std::string&, std::map<std::string, std::string>&) override {}
+
+ private:
+  void add(const std::string& key) {
+    if (is_engine_key(key) && why_not_read(config_, key).reason.empty()) keys.push_back(key);
+  }
+  const TrainConfig& config_;
+};
 
 // verl's optim.total_training_steps, which the trainer computes itself and so is not in the TOML schema.
 int64_t total_steps(const std::string& override_text) {
@@ -90,6 +124,14 @@ void set_group(EngineArgs& args, const py::object& group, const py::object& stor
 }
 
 }  // namespace
+
+std::vector<std::string> engine_config_keys() {
+  TrainConfig defaults;
+  EngineKeys visitor(defaults);
+  visit_config(visitor, defaults);
+  visitor.keys.emplace_back("optim.total_training_steps");  // verl's, which parse_config takes besides the schema
+  return visitor.keys;
+}
 
 py::dict load_plugins(const std::vector<std::string>& dirs, const std::string& bundled) {
   // Searching a directory twice would register its engines twice, which the registry refuses.

@@ -17,6 +17,10 @@ py::dict load_plugins(const std::vector<std::string>& dirs, const std::string& b
 // Every registered engine: dicts of model_type, backend, device, plugin, manifest, capabilities.
 py::list plugins();
 
+// The dotted keys new_engine's config takes that an engine reads (model.*, engine.*, optim.*, checkpoint.*; the
+// backend tables [engine.<backend>] aside): what a host mapping another framework's config onto enginery's reads.
+std::vector<std::string> engine_config_keys();
+
 // What new_engine got from Python.
 struct EngineRequest {
   std::string model_type;

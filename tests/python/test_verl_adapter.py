@@ -201,6 +201,29 @@ def test_temperature_value_is_checked_by_the_engine(temperature, named):
     assert named in str(error.value)
 
 
+def test_verl_config_fields_are_read_by_the_engines_own_keys():
+    """A verl config dataclass field is read when the engine reads the key of its name (engine_config_keys), with no
+    list of verl names in the adapter: a field enginery reads but verl's FSDPOptimizerConfig lacks (eps), added by a
+    subclass, reaches the engine; it was refused as not implemented before (issue 43)."""
+    import dataclasses
+    config_module = pytest.importorskip("verl.workers.config")
+    keys = enginery.engine_config_keys()
+    for key in ("model.path", "engine.mixed_precision.param_dtype", "optim.eps", "optim.total_training_steps",
+                "checkpoint.save_contents"):
+        assert key in keys, key
+    assert "model.tokenizer_path" not in keys  # parsed, never read (trainer/config_reads.cpp)
+
+    @dataclasses.dataclass
+    class WithEps(config_module.FSDPOptimizerConfig):
+        eps: float = 1e-8
+
+    engine = enginery_verl.LanguageModelEngine(model_config=MODEL, engine_config=ENGINE,
+                                               optimizer_config=WithEps(lr=1e-3, eps=1e-6), device="cpu",
+                                               plugin_dirs=[common.PLUGIN_DIR])
+    engine.initialize()
+    assert engine._engine.optimizer_hyperparameters["eps"] == 1e-6
+
+
 def _rows_changed(key, row, change):
     """A change of verl's batch: row `row` of the jagged entry `key` replaced by change(that row)."""
     def apply(data):

@@ -4,7 +4,7 @@ A section comes as a dict of enginery's keys (passed whole: an unknown key is an
 verl's config dataclasses (HFModelConfig, EngineConfig and its subclasses, OptimizerConfig, CheckpointConfig, or
 enginery's own EngineryEngineConfig, `enginery.verl.engine_config`). verl's dataclasses are Mappings too, and carry
 every field of every verl backend, so each of their fields is one of three kinds here:
-- read: handed to the engine under its enginery key;
+- read: handed to the engine under its own name, the engine's key (enginery's keys follow verl's names);
 - not read by verl's own FSDP engine either (derived by verl, or taken from the batch's metadata rather than the
   config): accepted with any value, as verl's engine accepts it;
 - anything else: accepted only at its dataclass default, otherwise refused by name, so a knob that would change
@@ -14,19 +14,24 @@ import dataclasses
 
 import enginery
 
-# verl name -> enginery key, per section.
-_READ = {
-    "model": {"path": "path", "enable_gradient_checkpointing": "enable_gradient_checkpointing",
-              "use_remove_padding": "use_remove_padding"},
-    "engine": {name: name for name in (
-        "strategy", "param_offload", "optimizer_offload", "forward_only", "micro_batch_size_per_gpu",
-        "use_dynamic_bsz", "max_token_len_per_gpu", "fsdp_size", "reshard_after_forward", "forward_prefetch",
-        "mixed_precision", "model_dtype", "seed", "offload_outside_modes", "ulysses_sequence_parallel_size")},
-    "optim": {name: name for name in (
-        "optimizer", "lr", "betas", "weight_decay", "clip_grad", "lr_scheduler_type", "lr_warmup_steps",
-        "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "total_training_steps")},
-    "checkpoint": {name: name for name in ("save_contents", "load_contents", "async_save")},
-}
+# A field is read when the engine reads the key of its name in its section: the keys new_engine's config takes
+# (trainer/config_schema.cpp, through the extension), and the backend options ([engine.<backend>]) verl's engine
+# configs carry. model.trust_remote_code is a key enginery parses but only at false (it runs its own model code,
+# never a checkpoint's): as a verl field it follows the default-or-refused rule below.
+_BACKEND_OPTIONS = {"engine": {"offload_outside_modes", "ulysses_sequence_parallel_size"}}
+_ONLY_AT_DEFAULT = {"model.trust_remote_code"}
+_engine_keys = []  # filled on first use: the extension's list
+
+
+def _read_by_the_engine(section, name):
+    if not _engine_keys:
+        _engine_keys.extend(enginery.engine_config_keys())
+    key = f"{section}.{name}"
+    if key in _ONLY_AT_DEFAULT or name in _NOT_READ_BY_VERL[section]:
+        return False
+    return (name in _BACKEND_OPTIONS.get(section, ()) or key in _engine_keys
+            or any(k.startswith(key + ".") for k in _engine_keys))
+
 
 # Fields verl's own FSDP engine does not read from the config either (verl/workers/engine/fsdp/transformer_impl.py):
 # derived by verl's __post_init__ (the local copies, the loaded HF objects), deprecated aliases verl folds into
@@ -90,9 +95,9 @@ def _from_dataclass(config, name):
     out = {}
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
-        if field.name in _READ[name]:
+        if _read_by_the_engine(name, field.name):
             if value is not None:
-                out[_READ[name][field.name]] = dict(value) if hasattr(value, "keys") else value
+                out[field.name] = dict(value) if hasattr(value, "keys") else value
         elif name == "model" and field.name == "override_config":
             unknown = sorted(set(value or {}) - _ATTENTION_OVERRIDES)
             if unknown:
