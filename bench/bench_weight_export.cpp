@@ -1,7 +1,7 @@
 // Weight export, timed: the C++ side of bench/gpu/run_export_bench.sh. Loads the engine through the plugin registry
 // from the same checkpoint as the PyTorch FSDP2 reference (bench/gpu/reference_export_fsdp2.py) and times full
 // exports of its weights (docs/ARCHITECTURE.md, "The contract": weight export):
-//   stream_bf16     BaseEngine::weight_stream(bf16): one unit per group, cast on the shards before the all-gather
+//   stream_bf16     BaseEngine::export_weights(bf16): one unit per group, cast on the shards before the all-gather
 //   stream_fp32     the same in fp32 (what get_per_tensor_param yields)
 //   buckets_bf16    WeightBucketer over the bf16 stream, --bucket-mb buffers (what rollout receivers consume)
 // Per mode one JSON line: seconds per export (mean of --repeat after one warm-up), extra peak memory over what the
@@ -16,7 +16,7 @@
 #include <iostream>
 
 #include "bench/bench_common.h"
-#include "host_api/weight_export.h"
+#include "host_api/exports.h"
 #include "support/torch_compat.h"
 #include "engine_driver/weight_export.h"
 
@@ -77,9 +77,9 @@ int main(int argc, char** argv) {
     std::function<Drained(bool checksum)> run;
   };
   const std::vector<Mode> modes = {
-      {"stream_bf16", [&](bool c) { return drain_stream(*weight_stream(*engine, c10::kBFloat16), c); }},
-      {"stream_fp32", [&](bool c) { return drain_stream(*weight_stream(*engine, c10::kFloat), c); }},
-      {"buckets_bf16", [&](bool c) { return drain_buckets(weight_stream(*engine, c10::kBFloat16), bucket_mb << 20, c); }},
+      {"stream_bf16", [&](bool c) { return drain_stream(*engine->export_weights(c10::kBFloat16), c); }},
+      {"stream_fp32", [&](bool c) { return drain_stream(*engine->export_weights(c10::kFloat), c); }},
+      {"buckets_bf16", [&](bool c) { return drain_buckets(engine->export_weights(c10::kBFloat16), bucket_mb << 20, c); }},
   };
   for (const auto& mode : modes) {
     const Drained checked = mode.run(/*checksum=*/true);  // also the warm-up

@@ -7,7 +7,7 @@
 # Installed: include/enginery/{host_api,engine_driver,support,launch,registry,models,kernels}/*.h,
 # lib/libenginery_{host_api,engine_driver,support,launch,registry,models,kernels}.so,
 # lib/cmake/enginery/{engineryConfig,engineryConfigVersion,engineryTargets,EngineryPlugin,
-# EngineryRenderManifest}.cmake, and the SDK's documents in share/doc/enginery/: PLUGIN_GUIDE.md (with the 1.x ->
+# EngineryRenderManifest,EngineryHeaderFingerprint}.cmake, and the SDK's documents in share/doc/enginery/: PLUGIN_GUIDE.md (with the 1.x ->
 # 2.x migration), CONFORMANCE.md (conformance/README.md) and examples/plugin/ (the example plugin's sources, which
 # build from there). Imported targets: enginery::torch (LibTorch as this build used it, C++17 as a usage
 # requirement), enginery::host_api (the contract), enginery::engine_driver (what hosts drive engines with),
@@ -43,6 +43,7 @@ install(FILES
     ${CMAKE_BINARY_DIR}/cmake/engineryConfig.cmake
     ${CMAKE_BINARY_DIR}/cmake/engineryConfigVersion.cmake
     ${CMAKE_CURRENT_LIST_DIR}/EngineryPlugin.cmake
+    ${CMAKE_CURRENT_LIST_DIR}/EngineryHeaderFingerprint.cmake
     ${CMAKE_CURRENT_LIST_DIR}/EngineryRenderManifest.cmake
   DESTINATION ${ENGINERY_CMAKE_INSTALL_DIR})
 

@@ -131,6 +131,21 @@ void check_temperature(const Target& target) {
   }
 }
 
+// Hosts hand an optional input only to engines that declared it, and the loop refuses one an engine did not declare
+// (docs/ARCHITECTURE.md, "One step"): a batch temperature other than 1 is refused by name before any work, never
+// ignored (an engine that ignored it would return log-probs at 1 to a caller training on them as if at T).
+void check_temperature_refused(const Target& target) {
+  auto engine = make_engine(target, EngineSpec{});
+  Batch batch = make_batch(target);
+  batch.set_meta("temperature", 0.5);
+  try {
+    infer_batch(*engine, batch);
+    ADD_FAILURE() << "temperature 0.5 was handed to an engine that does not declare 'temperature'";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("capability 'temperature'"), std::string::npos) << e.what();
+  }
+}
+
 void check_eval_mode(const Target& target) {
   auto engine = make_engine(target, EngineSpec{});
   const Batch batch = make_batch(target);
@@ -230,6 +245,13 @@ void add_training_checks(std::vector<Check>& checks) {
                       return requires_precisions({"fp32"}, {"temperature"})(target);
                     },
                     check_temperature});
+  checks.push_back({"temperature_refused_when_undeclared",
+                    "an engine that does not declare 'temperature' has a batch temperature != 1 refused by name",
+                    [](const Target& target) {
+                      if (target.has("temperature")) return std::string("the engine declares 'temperature'");
+                      return requires_precisions({"fp32"})(target);
+                    },
+                    check_temperature_refused});
   checks.push_back({"eval_mode_leaves_no_trace", "eval/train guards restore the mode; no grads, no parameter change",
                     requires_precisions({"fp32"}), check_eval_mode});
   checks.push_back({"grad_accumulation", "gradients accumulate across forward_backward_batch calls",

@@ -5,7 +5,7 @@ namespace conformance {
 
 std::string missing_capability(const Target& target, const std::vector<std::string>& capabilities) {
   for (const std::string& capability : capabilities) {
-    if (!target.has(capability)) return "the manifest does not declare '" + capability + "'";
+    if (!target.has(capability)) return "its registration does not declare '" + capability + "'";
   }
   return "";
 }

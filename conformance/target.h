@@ -40,7 +40,7 @@ struct Check {
   std::function<void(const Target&)> body;  // GoogleTest assertions
 };
 
-// "" when the target declares every capability, else "the manifest does not declare '<cap>'" for the first missing.
+// "" when the target declares every capability, else "its registration does not declare '<cap>'" (the first).
 std::string missing_capability(const Target& target, const std::vector<std::string>& capabilities);
 // Precision capabilities by dtype name, e.g. requires({"fp32"}) -> precision-<device>-fp32.
 std::function<std::string(const Target&)> requires_precisions(std::vector<std::string> dtypes,

@@ -1,6 +1,7 @@
 #pragma once
 // The one door from the host's driver into BaseEngine's protected parts (host_api/base_engine.h befriends it):
-// the step loop calls forward_step, the mode guards switch the mode and count the open guards. Not for plugins.
+// the step loop calls forward_step, the mode guards switch the mode and count the open guards, the registry
+// records what the engine declared. Not for plugins.
 #include "host_api/base_engine.h"
 
 namespace enginery {
@@ -11,7 +12,9 @@ struct EngineAccess {
     return e.forward_step(micro_batch, loss_fn, ctx, forward_only);
   }
   static void set_training(BaseEngine& e, bool training) { e.set_training(training); }
-  static uint16_t& open_modes(BaseEngine& e) { return e.open_modes_; }
+  static int& open_modes(BaseEngine& e) { return e.open_modes_; }
+  // What the engine's registration declared; the registry sets it when it creates the engine.
+  static Capabilities& declared(BaseEngine& e) { return e.declared_; }
 };
 
 }  // namespace enginery

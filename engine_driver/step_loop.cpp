@@ -178,6 +178,11 @@ void stop_if_refused(const BaseEngine& e, const std::optional<EngineryError>& mi
 
 // The global target-token count; throws when a rank refused its batch or the ranks disagree on the number of
 // micro-batches.
+// [Note: micro-batch loss scaling] (docs/ARCHITECTURE.md, "One step", Normalisation) Every micro-batch's loss is
+// its sum over target tokens divided by the target tokens of the whole call on every rank (LossContext::
+// global_num_tokens, counted here once before the first micro-batch), never a mean per micro-batch; engines sum
+// gradients over ranks. So the losses of all micro-batches on all ranks add up to the global token mean, and any
+// micro-batching or world size gives the gradients of one batch on one rank.
 double agree_on_tokens(const BaseEngine& e, const Batch& batch, int64_t micro_batches,
                        const std::optional<EngineryError>& refusal) {
   // One all-reduce: the global token count, and (sum n, sum n^2) whose Cauchy-Schwarz equality W*sum(n^2) ==
@@ -227,7 +232,16 @@ BatchOutput forward_backward_batch(BaseEngine& engine, const Batch& given, const
   ctx.dp_size = engine.get_data_parallel_size();
   ctx.num_micro_batches = static_cast<int64_t>(plan.rows.size());
   ctx.calculate_entropy = wants_entropy(batch);
-  batch_temperature(batch);  // a bad value stops the call before any work
+  // Hosts hand an optional input only to engines that declared it: an engine that does not scale its logits would
+  // return log-probs at T = 1 for a caller that trains on them as if at T (docs/ARCHITECTURE.md, "One step").
+  const double temperature = batch_temperature(batch);  // a bad value stops the call before any work
+  if (temperature != 1.0 && !EngineAccess::declared(engine).temperature) {
+    const EngineArgs& a = engine.args();
+    throw EngineryError("is " + std::to_string(temperature) + ", but engine " + a.engine.strategy + " (" +
+                            a.model_type + ", " + a.device + ") does not apply a temperature: its registration does "
+                            "not declare the capability 'temperature'",
+                        "batch metadata 'temperature'", "1, or an engine declaring the capability 'temperature'");
+  }
 
   BatchOutput out;
   std::map<std::string, std::vector<torch::Tensor>> pieces;

@@ -6,30 +6,6 @@
 #include "host_api/error.h"
 
 namespace enginery {
-namespace {
-
-// For an engine without a native stream (a 2.0/2.1 plugin): everything get_per_tensor_param yields, cast and
-// copied, as one group. Correct, but the extra memory is the whole model.
-class CollectedWeightStream final : public WeightStream {
- public:
-  explicit CollectedWeightStream(std::vector<NamedTensor> all) : all_(std::move(all)) {}
-  std::vector<NamedTensor> next() override { return std::exchange(all_, {}); }
-
- private:
-  std::vector<NamedTensor> all_;
-};
-
-}  // namespace
-
-std::unique_ptr<WeightStream> weight_stream(BaseEngine& engine, c10::ScalarType dtype) {
-  if (auto* exporting = dynamic_cast<WeightExportingEngine*>(&engine)) return exporting->export_weights(dtype);
-  std::vector<NamedTensor> all;
-  engine.get_per_tensor_param([&](const std::string& name, const torch::Tensor& full) {
-    all.push_back({name, full.detach().to(dtype, /*non_blocking=*/false, /*copy=*/true)});
-  });
-  return std::make_unique<CollectedWeightStream>(std::move(all));
-}
-
 WeightBucketer::WeightBucketer(std::unique_ptr<WeightStream> stream, int64_t bucket_bytes)
     : stream_(std::move(stream)), bucket_bytes_(bucket_bytes) {
   if (bucket_bytes_ <= 0) {

@@ -1,6 +1,6 @@
 #pragma once
-// What a host does with an engine's weights (docs/ARCHITECTURE.md, "The contract", weight export): the stream in a
-// dtype for any engine, and the flat buckets a rollout engine's weight receiver consumes.
+// The flat buckets a rollout engine's weight receiver consumes, packed from an engine's weight stream
+// (BaseEngine::export_weights; docs/ARCHITECTURE.md, "The contract", weight export).
 #include <torch/types.h>
 
 #include <cstdint>
@@ -8,16 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "host_api/base_engine.h"
-#include "host_api/weight_export.h"
+#include "host_api/exports.h"
 
 namespace enginery {
-
-// The engine's full tensors as a stream in `dtype`, one group at a time: what a rollout engine consumes. Engines
-// deriving from WeightExportingEngine gather one unit per group in `dtype` (the cast happens on the shards, before
-// the all-gather); any other engine yields everything get_per_tensor_param gives as one group. Collective: every
-// rank iterates the stream to its end.
-std::unique_ptr<WeightStream> weight_stream(BaseEngine& engine, c10::ScalarType dtype);
 
 // Where one tensor sits in a bucket's flat buffer (offset and numel in elements of the bucket's dtype).
 struct BucketEntry {

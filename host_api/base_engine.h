@@ -1,6 +1,5 @@
 #pragma once
-// The engine contract (docs/ARCHITECTURE.md, "The contract"), mirroring verl's BaseEngine. Plugins derive from
-// it; the host only sees this.
+// The engine contract (docs/ARCHITECTURE.md, "The contract"), mirroring verl's BaseEngine.
 #include <torch/types.h>
 
 #include <cstdint>
@@ -11,15 +10,15 @@
 
 #include "host_api/batch.h"
 #include "host_api/comm_group.h"
+#include "host_api/config_support.h"
 #include "host_api/config.h"
 #include "host_api/grad_scaler.h"
 #include "host_api/loss.h"
-#include "host_api/weight_export.h"
+#include "host_api/exports.h"
 
 namespace enginery {
 
-// Everything a factory needs to build an engine. The host owns the world group and hands it over; engines may
-// make subgroups from `store`.
+// Everything a factory needs to build an engine. The host owns the world group; engines may make subgroups.
 struct EngineArgs {
   std::string model_type = "language_model";  // "language_model" | "value_model"
   std::string device = "cpu";                 // "cpu" | "cuda"
@@ -50,40 +49,24 @@ struct MicroBatchResult {
   std::map<std::string, torch::Tensor> metrics;  // the loss function's
 };
 
-// The precision an engine computes in (docs/ARCHITECTURE.md, "Precision"). Autocast runs in param_dtype; fp32
-// means no autocast at all.
+// The precision an engine computes in (docs/ARCHITECTURE.md, "Precision"); fp32 param_dtype means no autocast.
 struct Precision {
   c10::ScalarType param_dtype = c10::kBFloat16;
   c10::ScalarType reduce_dtype = c10::kFloat;
   c10::ScalarType buffer_dtype = c10::kFloat;
 };
 
-// What an engine implements to honour BaseEngine::to (docs/ARCHITECTURE.md, "The contract"). A separate interface,
-// not a new virtual of BaseEngine, so BaseEngine's vtable and layout stay those of 2.0: a 2.0 plugin's engine
-// lacks this base, and BaseEngine::to refuses it by name instead of calling through a slot it never had.
-class OffloadableEngine {
- public:
-  virtual ~OffloadableEngine();  // key function: defined out of line in libenginery_host_api (one type identity)
-  // Moves the parts named to `device` (the engine's own device or the CPU) and returns once they are there.
-  virtual void move_state(const torch::Device& device, bool model, bool optimizer, bool grad) = 0;
-};
-
 class BaseEngine {
  public:
-  // Sets the precision defaults first of all (autocast bf16, no scaler), so a subclass that never builds through
-  // a module path of its own is still valid.
-  BaseEngine();
-  virtual ~BaseEngine();  // key function: defined out of line in libenginery_host_api
+  BaseEngine();  // sets the precision defaults first of all ([Note: precision policy])
+  virtual ~BaseEngine();  // key function: defined out of line in libenginery_host_api (one type identity)
   BaseEngine(const BaseEngine&) = delete;
   BaseEngine& operator=(const BaseEngine&) = delete;
 
   virtual void initialize() = 0;
-
   bool is_training() const { return training_; }
-
   virtual void optimizer_zero_grad() = 0;
-  // Returns the global grad norm before clipping (a 0-dim tensor on the engine's device). Non-finite: the step
-  // was skipped on every rank.
+  // The global grad norm before clipping (0-dim, on device()). Non-finite: every rank skipped the step.
   virtual torch::Tensor optimizer_step() = 0;
   virtual double lr_scheduler_step() = 0;  // returns the lr for the next step
 
@@ -99,44 +82,51 @@ class BaseEngine {
   virtual CommGroupPtr get_data_parallel_group() const = 0;
   virtual bool is_mp_src_rank_with_outputs() const { return true; }
 
-  // verl's offload: moves the sharded master parameters (`model`), the optimizer state (`optimizer`) and the shard
-  // gradients (`grad`) to `device` (the CPU, or back to the engine's own device()), frees what they held there,
-  // and returns once the copies are done (one synchronisation). A step while a part it needs is away is refused.
-  // Engines that do not derive from OffloadableEngine refuse it with EngineryError naming the engine. Not
-  // collective. verl drives it from its train/eval contexts when param/optimizer offload is on; here the caller
-  // calls it on every rank alike (docs/ARCHITECTURE.md, "The contract").
-  void to(const torch::Device& device, bool model = true, bool optimizer = true, bool grad = true);
-  // Where the engine computes (its tensors, and the device of the group's collectives).
-  virtual torch::Device device() const = 0;
-  // What the engine was built from.
-  virtual const EngineArgs& args() const = 0;
+  // verl's offload of the master shards (`model`), optimizer state and shard gradients to `device` (the CPU, or back
+  // to device()); returns once they are there (docs/ARCHITECTURE.md, "The contract", offload). Not collective.
+  void to(const torch::Device& device, bool model = true, bool optimizer = true, bool grad = true) {
+    move_state(device, model, optimizer, grad);
+  }
+  virtual torch::Device device() const = 0;  // where its tensors and its group's collectives live
+  virtual const EngineArgs& args() const = 0;  // what it was built from
 
-  // Precision (docs/ARCHITECTURE.md, "Precision").
+  // Optional operations, each declared by a Capabilities flag at registration (host_api/config_support.h). The
+  // defaults refuse with EngineryError naming the engine and the flag (docs/ARCHITECTURE.md, "The contract").
+  virtual void move_state(const torch::Device& device, bool model, bool optimizer, bool grad);  // offload
+  // weight_export: one unit per group. The default yields everything get_per_tensor_param gives as one group.
+  virtual std::unique_ptr<WeightStream> export_weights(c10::ScalarType dtype);
+  virtual ShardPlacement shard_placement() const;                                // shard_export
+  virtual std::unique_ptr<ShardStream> export_shards(c10::ScalarType dtype);     // shard_export
+  virtual std::vector<LocalParameter> local_parameters();                        // train_state
+  virtual OptimizerHyperparameters optimizer_hyperparameters() const;            // train_state
+  virtual void set_optimizer_hyperparameters(const OptimizerHyperparameters& values);  // train_state
+
   const Precision& precision() const { return precision_; }
   c10::ScalarType autocast_dtype() const { return precision_.param_dtype; }
   GradScaler* grad_scaler() const { return scaler_.get(); }
 
  protected:
   // One micro-batch, called by the host's loop (engine_driver/step_loop.h): forward under autocast_dtype(), the
-  // loss (when loss_fn is set), and unless forward_only the backward of the scaled loss. `ctx` says which micro-batch of how many this is (an FSDP engine reduces
-  // gradients after the last only).
+  // loss (when loss_fn is set), and unless forward_only the backward of the scaled loss. `ctx` says which
+  // micro-batch of how many this is (an FSDP engine reduces gradients after the last only).
   virtual MicroBatchResult forward_step(const Batch& micro_batch, const LossFn& loss_fn, const LossContext& ctx,
                                         bool forward_only) = 0;
   virtual void set_training(bool training) { training_ = training; }
 
-  // The one way to change the precision and the scaler. Refuses fp16 without a scaler unless the user chose
-  // `configured` == ScalerMode::kNever (engine.grad_scaler.enabled = "never"); refuses a scaler the
-  // configuration forbids.
+  // [Note: precision policy] (docs/ARCHITECTURE.md, "Precision") The precision is private to BaseEngine, its
+  // constructor sets the defaults (bf16 autocast, fp32 reductions and buffers, no scaler) and this is the one way
+  // to change it: fp16 without a scaler is refused unless the user chose `configured` == ScalerMode::kNever
+  // (engine.grad_scaler.enabled = "never"), and a scaler the configuration forbids is refused. So every engine
+  // computes in what precision() says, and the host can trust that for the loop, conformance and checkpoints.
   void set_precision(const Precision& precision, std::unique_ptr<GradScaler> scaler, ScalerMode configured);
 
  private:
+  [[noreturn]] void refuse(const std::string& operation, const std::string& capability) const;
   friend struct EngineAccess;  // the host's driver (engine_driver/engine_access.h): the loop and the mode guards
 
   Precision precision_;
-  // The mode guards open on this engine (engine_driver/mode_guard.h). 2.3. Sits in the padding between precision_
-  // (3 bytes) and scaler_ (8-aligned): BaseEngine's size and every offset a 2.0 plugin's engine was compiled against stay the same (a derived class may reuse a base's tail
-  // padding, never its interior padding). base_engine.cpp asserts the size.
-  uint16_t open_modes_ = 0;
+  int open_modes_ = 0;  // the mode guards open on this engine (engine_driver/mode_guard.h)
+  Capabilities declared_;  // what the registration declared (the registry sets it; engine_driver reads it)
   std::unique_ptr<GradScaler> scaler_;
   bool training_ = true;
 };

@@ -1,7 +1,5 @@
 #pragma once
-// The process-group type of the contract: c10d::Backend, the class torch's Gloo and NCCL groups derive from (the
-// ProcessGroup a Python caller holds dispatches to one per device type; python/enginery/__init__.py hands over
-// that backend).
+// The process-group type of the contract: c10d::Backend, what torch's Gloo and NCCL groups derive from.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 

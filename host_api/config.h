@@ -29,7 +29,6 @@ struct ModelConfig {
   bool use_remove_padding = false;
   bool trust_remote_code = false;
   std::optional<c10::ScalarType> override_dtype;  // dtype the weights are loaded in before sharding (fp32 default)
-
   ModelSource source() const;
 };
 
@@ -54,8 +53,7 @@ struct GradScalerConfig {
   ScalerMode enabled = ScalerMode::kAuto;
 };
 
-// verl EngineConfig + FSDPEngineConfig. Every key here is honoured by the selected engine or refused by name
-// before it is built (host_api/config_support.h).
+// verl EngineConfig + FSDPEngineConfig: every key is honoured by the engine or refused by name (config_support.h).
 struct EngineConfig {
   std::string strategy = "fsdp";  // the registry backend name (as verl): "fsdp", "fsdp2", "veomni", ...
   int64_t micro_batch_size_per_gpu = 1;
@@ -63,7 +61,6 @@ struct EngineConfig {
   int64_t seed = 42;
   bool use_dynamic_bsz = false;
   int64_t max_token_len_per_gpu = 16384;
-
   // FSDP
   MixedPrecisionConfig mixed_precision;
   bool reshard_after_forward = true;
@@ -74,7 +71,6 @@ struct EngineConfig {
   c10::ScalarType model_dtype = c10::kFloat;  // dtype of the sharded master parameters
   bool entropy_from_logits_with_chunking = true;
   GradScalerConfig grad_scaler;
-
   // Backend-specific settings from the TOML table [engine.<backend>], as strings; the registry refuses names the
   // engine does not declare, the engine parses the values (naming "engine.<backend>.<key>").
   std::map<std::string, std::string> backend_options;

@@ -1,10 +1,7 @@
 #pragma once
-// Which configuration an engine honours (docs/ARCHITECTURE.md, "Configuration"). Every engine registers one
-// ConfigSupport with its factory; the registry refuses to build an engine when a key is set to a value the engine
-// does not implement, naming the key, the engine and what it does support. A key is never accepted and ignored.
-//
-// A value equal to the default of host_api/config.h is what every engine implements, so only departures from the
-// defaults are checked (engine_driver/config_checks.h holds the checks).
+// What an engine declares at registration (host_api/plugin_api.h, EngineTraits), read by the host only.
+// ConfigSupport: the configuration it honours (docs/ARCHITECTURE.md, "Configuration"); the registry refuses a value
+// beyond it by key before the factory runs. The defaults of host_api/config.h are what every engine implements.
 #include <c10/core/ScalarType.h>
 
 #include <string>
@@ -36,6 +33,21 @@ struct ConfigSupport {
   std::vector<std::string> checkpoint_contents = {"model", "optimizer", "extra"};
   bool checkpoint_content_subsets = false;
   std::vector<std::string> backend_options;  // key names accepted in [engine.<backend>]
+};
+
+// What the engine does beyond the required operations (docs/ARCHITECTURE.md, "The contract"): undeclared optional
+// operations keep BaseEngine's refusing default, undeclared optional inputs are refused by the host's loop.
+struct Capabilities {
+  // param_dtypes the conformance suite runs on this key's device (a subset of ConfigSupport::param_dtypes).
+  std::vector<c10::ScalarType> verified_precisions = {c10::kFloat};
+  bool multi_rank = false;             // several data-parallel ranks
+  bool checkpoint_same_world = false;  // save_checkpoint / load_checkpoint round trip bitwise
+  bool grad_scaler = false;            // fp16 with a GradScaler (grad_scaler() non-null)
+  bool temperature = false;            // batch metadata `temperature` divides the logits (host_api/batch.h)
+  bool offload = false;                // move_state (BaseEngine::to)
+  bool weight_export = false;          // export_weights: one FSDP unit per group
+  bool shard_export = false;           // shard_placement, export_shards
+  bool train_state = false;            // local_parameters, optimizer_hyperparameters and its setter
 };
 
 }  // namespace enginery

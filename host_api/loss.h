@@ -8,8 +8,7 @@
 
 namespace enginery {
 
-// What the host's micro-batch loop tells the engine and the loss about the whole call (docs/ARCHITECTURE.md,
-// "One step").
+// What the host's loop tells the engine and the loss about the whole call (docs/ARCHITECTURE.md, "One step").
 struct LossContext {
   // Number of target tokens (sum of loss_mask[:, 1:]) over all micro-batches of this call on all data-parallel
   // ranks, all-reduced once before the first micro-batch (verl's batch_num_tokens).
@@ -19,14 +18,13 @@ struct LossContext {
   int64_t num_micro_batches = 1;
   // The batch's `calculate_entropy` metadata (verl's name): whether the model should also emit entropy.
   bool calculate_entropy = false;
-
   bool is_last_micro_batch() const { return micro_batch_index + 1 == num_micro_batches; }
 };
 
 struct LossResult {
-  // A scalar. The contract: sum over this micro-batch's target tokens divided by ctx.global_num_tokens, so the
-  // sum of every micro-batch's loss over every rank is the global token mean. Engines sum gradients over ranks
-  // (never average), which makes world size N equal world size 1.
+  // A scalar ([Note: micro-batch loss scaling], engine_driver/step_loop.cpp): the sum over this micro-batch's
+  // target tokens divided by ctx.global_num_tokens, so the losses of every micro-batch on every rank add up to the
+  // global token mean. Engines sum gradients over ranks (never average): world size N equals world size 1.
   torch::Tensor loss;
   std::map<std::string, torch::Tensor> metrics;  // scalar tensors; read on the host only when reported
 };

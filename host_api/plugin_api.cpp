@@ -14,7 +14,4 @@ std::string EngineKey::str() const { return "(" + model_type + ", " + backend + 
 
 Registrar::~Registrar() = default;
 
-std::string host_torch_version() { return ENGINERY_TORCH_VERSION_STRING; }
-int host_cxx11_abi() { return _GLIBCXX_USE_CXX11_ABI; }
-
 }  // namespace enginery

@@ -3,14 +3,9 @@
 //
 //   extern "C" const enginery::PluginInfo* enginery_plugin_info();
 //
-// The loader reads the returned struct, checks the API version, LibTorch version and C++ ABI against its own,
-// and only then calls register_engines. Use ENGINERY_DEFINE_PLUGIN to define it.
-#include <functional>
-#include <memory>
-#include <string>
-
+// The loader reads the returned struct, checks the contract version, the header fingerprint, LibTorch version and
+// C++ ABI against its own, and only then calls register_engines. Use ENGINERY_DEFINE_PLUGIN to define it.
 #include "host_api/base_engine.h"
-#include "host_api/config_support.h"
 #include "host_api/version.h"
 
 namespace enginery {
@@ -26,30 +21,33 @@ struct EngineKey {
 
 using EngineFactory = std::function<std::shared_ptr<BaseEngine>(const EngineArgs& args)>;
 
+// Everything an engine declares about itself, once, where the host reads it (docs/ARCHITECTURE.md, "The contract").
+struct EngineTraits {
+  ConfigSupport config;
+  Capabilities capabilities;
+};
+
 // Handed to a plugin's register_engines. Implemented by the registry.
 class Registrar {
  public:
   virtual ~Registrar();
-  // `support` declares which configuration the engine honours; the registry refuses to call `factory` with a
-  // configuration beyond it (host_api/config_support.h).
-  virtual void register_engine(const EngineKey& key, EngineFactory factory, ConfigSupport support) = 0;
+  virtual void register_engine(const EngineKey& key, EngineFactory factory, EngineTraits traits) = 0;
 };
 
-// Plain C layout so the loader can read it before trusting anything else in the library.
+// Plain C layout, read before anything else of the library is trusted; contract_version first, as 2.x's major was.
 struct PluginInfo {
-  int api_version_major;
-  int api_version_minor;
+  int contract_version;            // kContractVersion the plugin was compiled with
   const char* plugin_name;
-  const char* torch_version;  // "MAJOR.MINOR.PATCH" of the LibTorch the plugin was compiled against
-  int cxx11_abi;              // _GLIBCXX_USE_CXX11_ABI the plugin was compiled with
+  const char* header_fingerprint;  // of the enginery headers it was compiled against (enginery_add_plugin)
+  const char* torch_version;       // "MAJOR.MINOR.PATCH" of the LibTorch the plugin was compiled against
+  int cxx11_abi;                   // _GLIBCXX_USE_CXX11_ABI the plugin was compiled with
   void (*register_engines)(Registrar& registrar);
 };
 
-// Build facts of the current translation unit; the host compares a plugin's with its own.
-std::string host_torch_version();
-int host_cxx11_abi();
-
 }  // namespace enginery
+
+// Defined by enginery_add_plugin in a generated source of the plugin (cmake/EngineryPlugin.cmake).
+extern "C" const char enginery_header_fingerprint[];
 
 #define ENGINERY_PLUGIN_ENTRY_SYMBOL "enginery_plugin_info"
 
@@ -59,10 +57,9 @@ int host_cxx11_abi();
   ENGINERY_STRINGIFY(TORCH_VERSION_MAJOR) "." ENGINERY_STRINGIFY(TORCH_VERSION_MINOR) "." ENGINERY_STRINGIFY(TORCH_VERSION_PATCH)
 
 // Defines the entry point. `register_fn` is a function `void (enginery::Registrar&)`.
-#define ENGINERY_DEFINE_PLUGIN(name, register_fn)                                                    \
+#define ENGINERY_DEFINE_PLUGIN(name, register_fn)                                                       \
   extern "C" __attribute__((visibility("default"))) const ::enginery::PluginInfo* enginery_plugin_info() { \
-    static const ::enginery::PluginInfo info{::enginery::kApiVersionMajor, ::enginery::kApiVersionMinor,   \
-                                             name, ENGINERY_TORCH_VERSION_STRING, _GLIBCXX_USE_CXX11_ABI,   \
-                                             &register_fn};                                                 \
-    return &info;                                                                                           \
+    static const ::enginery::PluginInfo info{::enginery::kContractVersion, name, enginery_header_fingerprint,  \
+                                             ENGINERY_TORCH_VERSION_STRING, _GLIBCXX_USE_CXX11_ABI, &register_fn}; \
+    return &info;                                                                                               \
   }

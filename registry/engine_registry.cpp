@@ -2,7 +2,9 @@
 
 #include <set>
 
+#include "engine_driver/capability_names.h"
 #include "engine_driver/config_checks.h"
+#include "engine_driver/engine_access.h"
 #include "host_api/error.h"
 
 namespace enginery {
@@ -46,8 +48,7 @@ void EngineRegistry::register_all(std::vector<EngineRegistration> registrations)
   }
   for (auto& registration : registrations) {
     entries_.emplace(registration.key, Entry{std::move(registration.factory), std::move(registration.origin),
-                                             std::move(registration.capabilities),
-                                             std::move(registration.keep_alive), std::move(registration.support)});
+                                             std::move(registration.keep_alive), std::move(registration.traits)});
   }
 }
 
@@ -101,7 +102,7 @@ EngineRegistry::Entry EngineRegistry::entry_of(const EngineKey& key) const {
 
 void EngineRegistry::check_config(const EngineKey& key, const EngineArgs& args) const {
   const Entry entry = entry_of(key);
-  check_config_supported(entry.support, args, key.str() + " of " + entry.origin.str());
+  check_config_supported(entry.traits.config, args, key.str() + " of " + entry.origin.str());
 }
 
 std::shared_ptr<BaseEngine> EngineRegistry::create(const EngineKey& key, const EngineArgs& args) const {
@@ -110,9 +111,10 @@ std::shared_ptr<BaseEngine> EngineRegistry::create(const EngineKey& key, const E
   EngineArgs keyed = args;
   keyed.model_type = key.model_type;
   keyed.device = key.device;
-  check_config_supported(entry.support, keyed, key.str() + " of " + entry.origin.str());
+  check_config_supported(entry.traits.config, keyed, key.str() + " of " + entry.origin.str());
   std::shared_ptr<BaseEngine> engine = entry.factory(keyed);
   if (!engine) throw EngineryError("the factory of " + key.str() + " returned no engine", entry.origin.str());
+  EngineAccess::declared(*engine) = entry.traits.capabilities;
   BaseEngine* raw = engine.get();
   // The engine dies first, then its library's last handle: the engine's code lives in that library.
   return std::shared_ptr<BaseEngine>(raw, [engine = std::move(engine), library = entry.keep_alive](BaseEngine*) mutable {
@@ -129,7 +131,10 @@ std::shared_ptr<BaseEngine> EngineRegistry::create(const std::string& model_type
 std::vector<EngineInfo> EngineRegistry::list() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<EngineInfo> out;
-  for (const auto& [key, entry] : entries_) out.push_back({key, entry.origin, entry.capabilities, entry.support});
+  for (const auto& [key, entry] : entries_) {
+    out.push_back({key, entry.origin, capability_names(entry.traits, key.device), entry.traits.config,
+                   entry.traits.capabilities});
+  }
   return out;
 }
 

@@ -23,17 +23,17 @@ struct EngineRegistration {
   EngineKey key;
   EngineFactory factory;
   EngineOrigin origin;
-  std::vector<std::string> capabilities;
   // Whatever must outlive every engine the factory makes (the plugin's library). Each created engine holds it.
   std::shared_ptr<const void> keep_alive;
-  ConfigSupport support;  // what configuration the engine honours; create() refuses anything beyond it
+  EngineTraits traits;  // what the engine declared: create() refuses a configuration beyond traits.config
 };
 
 struct EngineInfo {
   EngineKey key;
   EngineOrigin origin;
-  std::vector<std::string> capabilities;
+  std::vector<std::string> capabilities;  // traits' words (engine_driver/capability_names.h)
   ConfigSupport support;
+  Capabilities declared;
 };
 
 class EngineRegistry {
@@ -49,8 +49,9 @@ class EngineRegistry {
 
   // Builds an engine. args.model_type and args.device are set from the key. A configuration key set to a value the
   // engine does not declare in its ConfigSupport throws before the factory runs, naming the key, the engine and
-  // what it supports. The returned pointer keeps the engine's library alive. An unknown key throws, listing what is registered for the part that did not match
-  // and where each came from.
+  // what it supports. The engine learns what it declared (its Capabilities, which the host's loop reads). The
+  // returned pointer keeps the engine's library alive. An unknown key throws, listing what is registered for the
+  // part that did not match and where each came from.
   std::shared_ptr<BaseEngine> create(const EngineKey& key, const EngineArgs& args) const;
   std::shared_ptr<BaseEngine> create(const std::string& model_type, const std::string& backend,
                                      const std::string& device, const EngineArgs& args) const;
@@ -65,9 +66,8 @@ class EngineRegistry {
   struct Entry {
     EngineFactory factory;
     EngineOrigin origin;
-    std::vector<std::string> capabilities;
     std::shared_ptr<const void> keep_alive;
-    ConfigSupport support;
+    EngineTraits traits;
   };
   void check_free(const EngineRegistration& registration) const;
   [[noreturn]] void throw_unknown(const EngineKey& key) const;

@@ -16,8 +16,10 @@
 namespace enginery {
 namespace {
 
-const char* const kTopLevelKeys = "manifest_version, name, version, api_version, library, sha256, capabilities, engines";
-const char* const kEngineKeys = "model_type, backend, device, capabilities";
+const char* const kTopLevelKeys = "name, version, api_version, library, sha256, engines";
+const char* const kEngineKeys = "model_type, backend, device";
+const char* const kMigration = "rebuild the plugin against enginery's contract 3 and render its manifest again "
+                               "(docs/PLUGIN_GUIDE.md, \"Migrating from 2.x\")";
 constexpr uint64_t kMaxManifestBytes = 1 << 20;
 
 std::string where_of(const std::filesystem::path& file, const toml::source_region& region) {
@@ -111,41 +113,20 @@ class TableReader {
   std::string context_;
 };
 
-void parse_api_version(const std::string& text, const std::string& where, PluginManifest& manifest) {
-  auto dot = text.find('.');
-  auto digits = [](const std::string& s) {
-    return !s.empty() && s.size() < 6 && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-  };
-  if (dot == std::string::npos || !digits(text.substr(0, dot)) || !digits(text.substr(dot + 1))) {
-    throw EngineryError("field 'api_version' is '" + text + "'", where, "\"MAJOR.MINOR\", e.g. \"" +
-                        std::to_string(kApiVersionMajor) + "." + std::to_string(kApiVersionMinor) + "\"");
+// "3" (a string, as plugin.toml has always written it). "2.N" is a 2.x manifest, refused with what to do.
+int parse_api_version(const std::string& text, const std::string& where) {
+  const bool digits = !text.empty() && text.size() < 6 &&
+                      std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+  if (text.rfind("2.", 0) == 0 || text == "2") {
+    throw EngineryError("api_version \"" + text + "\" is a 2.x plugin; this host implements contract " +
+                            std::to_string(kContractVersion) + ": " + kMigration,
+                        where, "\"" + std::to_string(kContractVersion) + "\"");
   }
-  manifest.api_major = std::stoi(text.substr(0, dot));
-  manifest.api_minor = std::stoi(text.substr(dot + 1));
-  manifest.api_version_where = where;
-}
-
-// The capability vocabulary of the conformance suite (conformance/README.md): a word outside it is a typo the
-// suite would otherwise skip silently ("multirank" declares nothing).
-std::vector<std::string> capabilities_known() {
-  std::vector<std::string> known = {"checkpoint-same-world", "grad-scaler", "multi-rank", "hsdp",
-                                    "reshard-after-forward", "offload", "offload-modes", "weight-export", "temperature",
-                                    "shard-export", "train-state"};
-  for (const char* device : {"cpu", "cuda"}) {
-    for (const char* dtype : {"fp32", "bf16", "fp16"}) known.push_back(std::string("precision-") + device + "-" + dtype);
+  if (!digits) {
+    throw EngineryError("field 'api_version' is '" + text + "'", where,
+                        "\"" + std::to_string(kContractVersion) + "\", the contract version");
   }
-  return known;
-}
-
-std::vector<std::string> checked_capabilities(std::vector<std::string> capabilities, const std::string& where) {
-  const std::vector<std::string> known = capabilities_known();
-  for (const auto& capability : capabilities) {
-    if (std::find(known.begin(), known.end(), capability) != known.end()) continue;
-    std::string allowed;
-    for (const auto& k : known) allowed += (allowed.empty() ? "" : ", ") + k;
-    throw EngineryError("unknown capability '" + capability + "'", where, allowed);
-  }
-  return capabilities;
+  return std::stoi(text);
 }
 
 void check_library_path(const std::string& library, const std::string& where) {
@@ -171,12 +152,6 @@ std::string normalise_sha256(const std::string& text, const std::string& where) 
   return value;
 }
 
-std::vector<std::string> sorted_unique(std::vector<std::string> values) {
-  std::sort(values.begin(), values.end());
-  values.erase(std::unique(values.begin(), values.end()), values.end());
-  return values;
-}
-
 // The manifest's bytes, read only when it is a regular file: a FIFO named plugin.toml would otherwise block the
 // host forever, and a device would never end.
 std::string read_manifest_file(const std::filesystem::path& file) {
@@ -197,20 +172,21 @@ PluginManifest parse_manifest_text(std::string_view text, const std::filesystem:
   PluginManifest manifest;
   manifest.file = file;
   TableReader top(root, file, file.string() + ":1:1", "");
-  top.reject_unknown_keys({"manifest_version", "name", "version", "api_version", "library", "sha256", "capabilities",
-                           "engines"},
-                          kTopLevelKeys);
-
-  const toml::node* version_node = top.find("manifest_version", true);
-  if (!version_node->is_integer()) top.wrong_type("manifest_version", *version_node, "an integer");
-  if (version_node->as_integer()->get() != kManifestVersion) {
-    throw EngineryError("unsupported manifest_version " + std::to_string(version_node->as_integer()->get()),
-                        top.where(*version_node), std::to_string(kManifestVersion));
+  // The version first: a 2.x manifest gets the migration message, not "unknown key" for what 2.x had.
+  const toml::node* api = top.find("api_version", true);
+  if (!api->is_string()) top.wrong_type("api_version", *api, "a string");
+  manifest.api_version_where = top.where(*api);
+  manifest.api_version = parse_api_version(api->as_string()->get(), manifest.api_version_where);
+  for (const char* key : {"manifest_version", "capabilities"}) {
+    if (const toml::node* old = top.find(key, false)) {
+      throw EngineryError(std::string("'") + key + "' is a 2.x field (engines declare their capabilities at " +
+                              "registration now): " + kMigration,
+                          top.where(*old), kTopLevelKeys);
+    }
   }
-  manifest.manifest_version = kManifestVersion;
+  top.reject_unknown_keys({"name", "version", "api_version", "library", "sha256", "engines"}, kTopLevelKeys);
   manifest.name = top.identifier("name");
   manifest.version = *top.string("version", true);
-  parse_api_version(*top.string("api_version", true), top.where(*top.find("api_version", true)), manifest);
 
   manifest.library = *top.string("library", true);
   manifest.library_where = top.where(*top.find("library", true));
@@ -220,10 +196,6 @@ PluginManifest parse_manifest_text(std::string_view text, const std::filesystem:
     manifest.sha256_where = top.where(*top.find("sha256", false));
     manifest.sha256 = normalise_sha256(*sha, manifest.sha256_where);
   }
-  if (const toml::node* caps = top.find("capabilities", false)) {
-    manifest.capabilities = sorted_unique(checked_capabilities(top.string_array("capabilities"), top.where(*caps)));
-  }
-
   const toml::node* engines = top.find("engines", true);
   const toml::array* engine_array = engines->as_array();
   if (engine_array && engine_array->empty()) {
@@ -238,14 +210,13 @@ PluginManifest parse_manifest_text(std::string_view text, const std::filesystem:
     ManifestEngine engine;
     engine.where = where_of(file, table.source());
     TableReader reader(table, file, engine.where, " in [[engines]] #" + std::to_string(i + 1));
-    reader.reject_unknown_keys({"model_type", "backend", "device", "capabilities"}, kEngineKeys);
-    engine.key = {reader.identifier("model_type"), reader.identifier("backend"), reader.identifier("device")};
-    std::vector<std::string> capabilities = reader.string_array("capabilities");
-    if (const toml::node* caps = reader.find("capabilities", false)) {
-      checked_capabilities(capabilities, reader.where(*caps));
+    if (const toml::node* old = reader.find("capabilities", false)) {
+      throw EngineryError("'capabilities' is a 2.x field (engines declare their capabilities at registration " +
+                              std::string("now): ") + kMigration,
+                          reader.where(*old), kEngineKeys);
     }
-    capabilities.insert(capabilities.end(), manifest.capabilities.begin(), manifest.capabilities.end());
-    engine.capabilities = sorted_unique(std::move(capabilities));
+    reader.reject_unknown_keys({"model_type", "backend", "device"}, kEngineKeys);
+    engine.key = {reader.identifier("model_type"), reader.identifier("backend"), reader.identifier("device")};
     if (!seen.insert(engine.key).second) {
       throw EngineryError("engine " + engine.key.str() + " is declared twice", engine.where);
     }

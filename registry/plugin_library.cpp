@@ -9,6 +9,7 @@
 
 #include "host_api/error.h"
 #include "host_api/version.h"
+#include "registry/header_fingerprint.h"
 
 namespace enginery {
 namespace {
@@ -33,26 +34,20 @@ std::string dl_error(const std::exception& fallback) {
   return text ? text : fallback.what();
 }
 
-std::string api_text(int major, int minor) { return std::to_string(major) + "." + std::to_string(minor); }
-
 }  // namespace
 
-void check_api_version(int major, int minor, const std::string& where, const std::string& who) {
-  const std::string allowed = std::to_string(kApiVersionMajor) + ".0 to " + api_text(kApiVersionMajor, kApiVersionMinor);
-  if (major != kApiVersionMajor) {
-    throw EngineryError("wrong API version on " + who + ": got " + api_text(major, minor) + ", the host's is " +
-                            api_text(kApiVersionMajor, kApiVersionMinor) + " (major versions differ" +
-                            (major < kApiVersionMajor ? "; a plugin built against the " + std::to_string(major) +
-                                                            ".x contract must be rebuilt against this host's headers"
-                                                      : "; this host is older than the plugin") +
-                            ")",
-                        where, allowed);
+void check_contract_version(int version, const std::string& where, const std::string& who) {
+  if (version == kContractVersion) return;
+  std::string what = who + " was built against contract " + std::to_string(version) + ", this host implements " +
+                     std::to_string(kContractVersion);
+  if (version == 2) {
+    what += ": a 2.x plugin; rebuild it against enginery's contract 3 (docs/PLUGIN_GUIDE.md, \"Migrating from 2.x\")";
+  } else if (version < kContractVersion) {
+    what += ": rebuild it against this installation";
+  } else {
+    what += ": this host is older than the plugin";
   }
-  if (minor > kApiVersionMinor) {
-    throw EngineryError("wrong API version on " + who + ": got " + api_text(major, minor) +
-                            ", newer than the host's " + api_text(kApiVersionMajor, kApiVersionMinor),
-                        where, allowed);
-  }
+  throw EngineryError(what, where, std::to_string(kContractVersion));
 }
 
 OpenedLibrary open_plugin_library(const std::filesystem::path& library, const std::string& where) {
@@ -85,11 +80,21 @@ OpenedLibrary open_plugin_library(const std::filesystem::path& library, const st
 
 void check_plugin_info(const PluginInfo& info, const PluginManifest& manifest) {
   const std::string where = "plugin '" + manifest.name + "' (" + manifest.library_path().string() + ")";
-  check_api_version(info.api_version_major, info.api_version_minor, where, "the library");
-  if (info.api_version_major != manifest.api_major || info.api_version_minor != manifest.api_minor) {
-    throw EngineryError("the library reports API " + api_text(info.api_version_major, info.api_version_minor) +
-                            " but its manifest declares " + api_text(manifest.api_major, manifest.api_minor),
-                        manifest.api_version_where, api_text(info.api_version_major, info.api_version_minor));
+  // Read first, where a 2.x library kept its major version: nothing else of a library built for another contract
+  // is read.
+  check_contract_version(info.contract_version, where, "the library");
+  if (info.contract_version != manifest.api_version) {
+    throw EngineryError("the library reports contract " + std::to_string(info.contract_version) +
+                            " but its manifest declares api_version \"" + std::to_string(manifest.api_version) + "\"",
+                        manifest.api_version_where, std::to_string(info.contract_version));
+  }
+  const std::string host = host_header_fingerprint();
+  if (!info.header_fingerprint || host != info.header_fingerprint) {
+    throw EngineryError(std::string("built against other enginery headers (fingerprint ") +
+                            (info.header_fingerprint ? info.header_fingerprint : "(null)") + ", this host's " + host +
+                            "): rebuild it against this installation; a struct that changed under it (such as "
+                            "models::HeadOptions) would be read wrongly",
+                        where, host);
   }
   if (!info.torch_version || host_torch_version() != info.torch_version) {
     throw EngineryError(std::string("LibTorch version mismatch: the plugin was built with ") +
@@ -109,6 +114,9 @@ void check_plugin_info(const PluginInfo& info, const PluginManifest& manifest) {
   }
   if (!info.register_engines) throw EngineryError("PluginInfo::register_engines is null", where);
 }
+
+std::string host_torch_version() { return ENGINERY_TORCH_VERSION_STRING; }
+int host_cxx11_abi() { return _GLIBCXX_USE_CXX11_ABI; }
 
 size_t opened_plugin_library_count() {
   std::lock_guard<std::mutex> lock(libraries_mutex());

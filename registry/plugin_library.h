@@ -19,12 +19,16 @@ struct OpenedLibrary {
 // dlopen quotes dlerror().
 OpenedLibrary open_plugin_library(const std::filesystem::path& library, const std::string& where);
 
-// API major equal and minor not newer than the host's (both in the manifest and in the library), the LibTorch
-// version and C++ ABI equal to the host's, and the plugin name equal to the manifest's.
+// The contract version equal to the host's and the manifest's, the header fingerprint, LibTorch version and C++ ABI
+// equal to the host's, and the plugin name equal to the manifest's.
 void check_plugin_info(const PluginInfo& info, const PluginManifest& manifest);
 
-// The API check the loader runs on the manifest alone, before opening anything.
-void check_api_version(int major, int minor, const std::string& where, const std::string& who);
+// The version check the loader runs on the manifest alone, before opening anything.
+void check_contract_version(int version, const std::string& where, const std::string& who);
+
+// Build facts of the host; the loader compares a plugin's PluginInfo with them.
+std::string host_torch_version();
+int host_cxx11_abi();
 
 // How many libraries this process has opened as plugins (they are all still loaded).
 size_t opened_plugin_library_count();

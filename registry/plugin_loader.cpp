@@ -22,10 +22,10 @@ class StagingRegistrar : public Registrar {
  public:
   struct Staged {
     EngineFactory factory;
-    ConfigSupport support;
+    EngineTraits traits;
   };
-  void register_engine(const EngineKey& key, EngineFactory factory, ConfigSupport support) override {
-    if (!factories_.emplace(key, Staged{std::move(factory), std::move(support)}).second) repeated_.push_back(key.str());
+  void register_engine(const EngineKey& key, EngineFactory factory, EngineTraits traits) override {
+    if (!factories_.emplace(key, Staged{std::move(factory), std::move(traits)}).second) repeated_.push_back(key.str());
   }
   std::map<EngineKey, Staged>& factories() { return factories_; }
   const std::vector<std::string>& repeated() const { return repeated_; }
@@ -71,13 +71,6 @@ std::vector<fs::path> plugin_dirs_in(const fs::path& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-std::vector<std::string> capabilities_of(const PluginManifest& manifest, const EngineKey& key) {
-  for (const auto& engine : manifest.engines) {
-    if (engine.key == key) return engine.capabilities;
-  }
-  return {};
 }
 
 bool unverified_plugins_allowed() {
@@ -149,7 +142,7 @@ void check_registered_as_declared(const PluginManifest& manifest, StagingRegistr
 LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) {
   const std::string who = "plugin '" + manifest.name + "'";
   const std::string where = who + " (" + manifest.file.string() + ")";
-  check_api_version(manifest.api_major, manifest.api_minor, manifest.api_version_where, who);
+  check_contract_version(manifest.api_version, manifest.api_version_where, who);
   for (const auto& engine : manifest.engines) {
     if (const EngineOrigin* taken = registry.origin(engine.key)) {
       throw EngineryError("engine " + engine.key.str() + " declared by " + where + " is already registered by " +
@@ -181,7 +174,7 @@ LoadedPlugin load_one(const PluginManifest& manifest, EngineRegistry& registry) 
   std::vector<EngineRegistration> registrations;
   for (auto& [key, staged] : staging.factories()) {
     registrations.push_back({key, std::move(staged.factory), EngineOrigin{manifest.name, manifest.file.string()},
-                             capabilities_of(manifest, key), opened.handle, std::move(staged.support)});
+                             opened.handle, std::move(staged.traits)});
   }
   registry.register_all(std::move(registrations));
   if (!library.verified) {

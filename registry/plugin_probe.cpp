@@ -26,7 +26,7 @@ constexpr char kFinished = 'k';
 
 class DiscardingRegistrar : public Registrar {
  public:
-  void register_engine(const EngineKey&, EngineFactory, ConfigSupport) override {}
+  void register_engine(const EngineKey&, EngineFactory, EngineTraits) override {}
 };
 
 // The child's setup before any plugin code runs: its crash must end it with the signal that caused it (no handler

@@ -19,8 +19,7 @@
 
 #include "host_api/base_engine.h"
 #include "host_api/config_support.h"
-#include "host_api/shard_export.h"
-#include "host_api/train_state.h"
+#include "host_api/exports.h"
 #include "models/decoder_model.h"
 #include "models/layers.h"
 #include "plugin/fsdp/adamw.h"
@@ -35,15 +34,10 @@ namespace fsdp {
 
 using ModelBuilder = std::function<std::shared_ptr<models::DecoderModel>(const EngineArgs& args)>;
 
-// [engine.<backend>] gradient_checkpointing_policy = "layer" | "mlp" (models::Recompute). A backend option rather
-// than a ModelConfig field: a new field would change EngineArgs' layout for every 2.x plugin.
+// [engine.<backend>] gradient_checkpointing_policy = "layer" | "mlp" (models::Recompute).
 inline constexpr const char* kCheckpointingPolicy = "gradient_checkpointing_policy";
 
-class ENGINERY_FSDP_API FSDPEngine : public BaseEngine,
-                                     public OffloadableEngine,
-                                     public WeightExportingEngine,
-                                     public ShardExportingEngine,
-                                     public TrainStateEngine {
+class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
  public:
   // `model_builder` empty: the models library builds args.model (what the plugin's registered factory does).
   // The shard layout follows the backend name (layout_for_backend).

@@ -1,4 +1,4 @@
-// Shard export (host_api/shard_export.h; docs/ARCHITECTURE.md, "The contract"): each parameter's piece of this
+// Shard export (host_api/exports.h; docs/ARCHITECTURE.md, "The contract"): each parameter's piece of this
 // rank's fp32 master shard, by Hugging Face name, cast to the receiver's dtype, nothing gathered. Both layouts give
 // a rank one contiguous flat range of each parameter (shard_layout.h): the flat parameter cuts the concatenation,
 // the per-parameter layout cuts whole rows.

@@ -1,4 +1,4 @@
-// Train state (host_api/train_state.h; docs/ARCHITECTURE.md, "The contract"): this rank's pieces of the fp32 masters
+// Train state (host_api/exports.h; docs/ARCHITECTURE.md, "The contract"): this rank's pieces of the fp32 masters
 // and of their gradients as views into the units' shards, at the flat ranges the shard export names; AdamW's
 // hyperparameters and the next step's learning rate, read and written between steps.
 #include <cmath>

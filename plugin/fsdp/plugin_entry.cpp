@@ -8,6 +8,18 @@ namespace enginery {
 namespace fsdp {
 namespace {
 
+// What FSDPEngine declares on `device`: its configuration, and every optional operation of the contract.
+EngineTraits fsdp_traits(const std::string& device) {
+  EngineTraits traits{FSDPEngine::config_support(device), {}};
+  Capabilities& c = traits.capabilities;
+  // The precisions the conformance suite runs: fp16 (with the sharded grad scaler) on CUDA only.
+  c.verified_precisions = {c10::kFloat, c10::kBFloat16};
+  if (device == "cuda") c.verified_precisions.push_back(c10::kHalf);
+  c.multi_rank = c.checkpoint_same_world = c.grad_scaler = c.temperature = true;
+  c.offload = c.weight_export = c.shard_export = c.train_state = true;
+  return traits;
+}
+
 void register_fsdp_engines(Registrar& registrar) {
   for (const char* backend : {"fsdp", "fsdp2"}) {
     for (const char* model_type : {"language_model", "value_model"}) {
@@ -20,7 +32,7 @@ void register_fsdp_engines(Registrar& registrar) {
               a.engine.strategy = name;  // the registry key decides the backend, hence the shard layout
               return std::shared_ptr<BaseEngine>(std::make_shared<FSDPEngine>(std::move(a)));
             },
-            FSDPEngine::config_support(device));
+            fsdp_traits(device));
       }
     }
   }

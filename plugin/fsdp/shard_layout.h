@@ -37,6 +37,10 @@ struct ShardRange {
   int64_t shard_offset = 0;
 };
 
+// [Note: sharding layout] (docs/ARCHITECTURE.md, "One step", FSDP inside forward_step) One object decides which
+// elements each rank owns: pack() builds both the buffer the all-gather fills and the reduce-scatter's input, and
+// owned_ranges() is what checkpoints, shard export and train state read. Nothing else computes ownership, so
+// sharding, gradient reduction, checkpoints and exported pieces cannot disagree about which rank holds what.
 class ENGINERY_FSDP_API ShardLayout {
  public:
   ShardLayout(std::vector<std::vector<int64_t>> shapes, int64_t world);

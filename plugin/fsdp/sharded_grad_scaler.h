@@ -26,6 +26,10 @@ class ENGINERY_FSDP_API ShardedGradScaler : public GradScaler {
   double backoff_factor() const override { return backoff_factor_; }
   int64_t growth_interval() const override { return growth_interval_; }
 
+  // [Note: scaler found-inf agreement] (docs/ARCHITECTURE.md, "Precision") found_inf is all-reduced MAX over the
+  // whole data-parallel group before anyone reads it, in unscale_ and in record_found_inf alike: every rank then
+  // skips or steps together and updates the same scale. A rank deciding from its own shard would step while another
+  // skips, and the replicas' parameters and scales would drift apart for good.
   // Multiplies `grads` by 1/scale in place and records whether any rank of `dp_group` saw inf/nan (collective).
   void unscale_(const std::vector<torch::Tensor>& grads, const Collectives& dp_group);
   // The offloaded step's unscale_ (its gradients are on the host, their norms on the device): records `non_finite`

@@ -100,7 +100,7 @@ void bind_engine(py::module_& m) {
                                    bucket_bytes);
           },
           py::arg("dtype"), py::arg("bucket_bytes"))
-      // This rank's pieces, nothing gathered (host_api/shard_export.h): not collective. EngineryError naming the
+      // This rank's pieces, nothing gathered (host_api/exports.h): not collective. EngineryError naming the
       // capability 'shard-export' for an engine without it; enginery.Engine.get_per_tensor_param_shard wraps it.
       .def(
           "shard_stream",
@@ -110,7 +110,7 @@ void bind_engine(py::module_& m) {
           py::arg("dtype"))
       .def_property_readonly("shard_placement", [](const PyEngine& self) {
         const auto placement =
-            enginery::python::shard_exporter(*self.engine(), "shard_placement").shard_placement();
+            self.engine()->shard_placement();
         py::dict out;
         out["group_ranks"] = py::cast(placement.group_ranks);
         out["contributes"] = placement.contributes;

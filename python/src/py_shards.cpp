@@ -8,20 +8,10 @@
 namespace enginery {
 namespace python {
 
-ShardExportingEngine& shard_exporter(BaseEngine& engine, const char* where) {
-  auto* exporter = dynamic_cast<ShardExportingEngine*>(&engine);
-  if (exporter == nullptr) {
-    throw EngineryError("the engine does not export its shards", where,
-                        "an engine with the capability 'shard-export' (host_api ShardExportingEngine, 2.5)");
-  }
-  return *exporter;
-}
-
 PyShardStream::PyShardStream(std::shared_ptr<BaseEngine> engine, c10::ScalarType dtype)
     : engine_(std::move(engine)) {
-  ShardExportingEngine& exporter = shard_exporter(*engine_, "shard_stream");
   py::gil_scoped_release release;
-  stream_ = exporter.export_shards(dtype);
+  stream_ = engine_->export_shards(dtype);
 }
 
 py::list PyShardStream::next() {

@@ -1,16 +1,13 @@
 #pragma once
-// This rank's pieces of an engine's weights in Python (host_api/shard_export.h; docs/ARCHITECTURE.md, "The
+// This rank's pieces of an engine's weights in Python (host_api/exports.h; docs/ARCHITECTURE.md, "The
 // contract"): what enginery.verl's get_per_tensor_param_shard reads. Not collective.
 #include <memory>
 
-#include "host_api/shard_export.h"
+#include "host_api/exports.h"
 #include "python/src/py_convert.h"
 
 namespace enginery {
 namespace python {
-
-// The engine as a ShardExportingEngine; EngineryError naming the capability `shard-export` when it is not one.
-ShardExportingEngine& shard_exporter(BaseEngine& engine, const char* where);
 
 // Python iterator over ShardStream's groups: each item a list of (name, local, full_shape, flat_offset), `local`
 // 1-D and the caller's own.

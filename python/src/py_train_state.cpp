@@ -4,20 +4,11 @@
 #include <utility>
 
 #include "host_api/error.h"
-#include "host_api/train_state.h"
+#include "host_api/exports.h"
 
 namespace enginery {
 namespace python {
 namespace {
-
-TrainStateEngine& train_state(BaseEngine& engine, const char* where) {
-  auto* state = dynamic_cast<TrainStateEngine*>(&engine);
-  if (state == nullptr) {
-    throw EngineryError("the engine does not expose its parameters and optimizer", where,
-                        "an engine with the capability 'train-state' (host_api TrainStateEngine, 2.6)");
-  }
-  return *state;
-}
 
 double number(const py::dict& values, const char* key) {
   if (!values.contains(key)) {
@@ -32,7 +23,7 @@ void bind_train_state(py::class_<PyEngine, std::shared_ptr<PyEngine>>& engine) {
   engine
       .def("local_parameters",
            [](const PyEngine& self) {
-             TrainStateEngine& state = train_state(*self.engine(), "local_parameters");
+             BaseEngine& state = *self.engine();
              std::vector<LocalParameter> pieces;
              {
                py::gil_scoped_release release;
@@ -50,7 +41,7 @@ void bind_train_state(py::class_<PyEngine, std::shared_ptr<PyEngine>>& engine) {
           "optimizer_hyperparameters",
           [](const PyEngine& self) {
             const OptimizerHyperparameters h =
-                train_state(*self.engine(), "optimizer_hyperparameters").optimizer_hyperparameters();
+                self.engine()->optimizer_hyperparameters();
             py::dict out;
             out["lr"] = h.lr;
             out["betas"] = py::make_tuple(h.beta1, h.beta2);
@@ -59,7 +50,7 @@ void bind_train_state(py::class_<PyEngine, std::shared_ptr<PyEngine>>& engine) {
             return out;
           },
           [](const PyEngine& self, const py::dict& values) {
-            TrainStateEngine& state = train_state(*self.engine(), "optimizer_hyperparameters");
+            BaseEngine& state = *self.engine();
             OptimizerHyperparameters h;
             h.lr = number(values, "lr");
             h.eps = number(values, "eps");

@@ -1,5 +1,5 @@
 #pragma once
-// This rank's trainable state in Python (host_api/train_state.h; docs/ARCHITECTURE.md, "The contract"): what
+// This rank's trainable state in Python (host_api/exports.h; docs/ARCHITECTURE.md, "The contract"): what
 // enginery.verl's engine.module and engine.optimizer read and write. Not collective.
 #include <memory>
 

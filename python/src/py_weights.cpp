@@ -19,7 +19,7 @@ c10::ScalarType dtype_from(const py::handle& dtype, const char* where) {
 PyWeightStream::PyWeightStream(std::shared_ptr<BaseEngine> engine, c10::ScalarType dtype)
     : engine_(std::move(engine)) {
   py::gil_scoped_release release;
-  stream_ = weight_stream(*engine_, dtype);
+  stream_ = engine_->export_weights(dtype);
 }
 
 py::list PyWeightStream::next() {
@@ -44,7 +44,7 @@ PyWeightBuckets::PyWeightBuckets(std::shared_ptr<BaseEngine> engine, c10::Scalar
     throw EngineryError("bucket_bytes = " + std::to_string(bucket_bytes), "weight_buckets", "a byte count > 0");
   }
   py::gil_scoped_release release;
-  bucketer_ = std::make_unique<WeightBucketer>(weight_stream(*engine_, dtype), bucket_bytes);
+  bucketer_ = std::make_unique<WeightBucketer>(engine_->export_weights(dtype), bucket_bytes);
 }
 
 py::tuple PyWeightBuckets::next() {

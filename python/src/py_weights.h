@@ -1,5 +1,5 @@
 #pragma once
-// An engine's weights streamed into Python by Hugging Face name (host_api/weight_export.h; docs/ARCHITECTURE.md,
+// An engine's weights streamed into Python by Hugging Face name (host_api/exports.h; docs/ARCHITECTURE.md,
 // "The contract"): one group (an FSDP unit) at a time, or packed into flat buckets for a rollout engine. Both are
 // collective: every rank iterates to the end, in step.
 #include <memory>

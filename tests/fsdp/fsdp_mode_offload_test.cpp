@@ -30,7 +30,7 @@ std::ostream& operator<<(std::ostream& os, const Move& m) {
   return os << m.device << "(" << m.model << m.optimizer << m.grad << ")";
 }
 
-class RecordingEngine : public StubEngine, public OffloadableEngine {
+class RecordingEngine : public StubEngine {
  public:
   explicit RecordingEngine(const std::string& option) : StubEngine("recording", torch::Device(torch::kCUDA, 0)) {
     if (!option.empty()) args_.engine.backend_options[kOffloadOutsideModes] = option;

@@ -128,7 +128,7 @@ TEST(FsdpOffload, CpuEngineRefusesCudaAndAnUninitializedEngineRefuses) {
   EXPECT_FALSE(engine.offloaded());
 }
 
-// An engine that does not implement OffloadableEngine (StubEngine): BaseEngine::to refuses it by name.
+// An engine that keeps BaseEngine's move_state (StubEngine): BaseEngine::to refuses it by name.
 TEST(FsdpOffload, AnEngineWithoutOffloadRefusesByName) {
   StubEngine engine("plain");
   const std::string error = error_of([&] { engine.to(torch::kCPU); });

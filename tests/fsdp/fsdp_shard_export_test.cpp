@@ -1,4 +1,4 @@
-// Shard export (host_api/shard_export.h; docs/ARCHITECTURE.md, "The contract") over 4 real Gloo ranks with HSDP
+// Shard export (host_api/exports.h; docs/ARCHITECTURE.md, "The contract") over 4 real Gloo ranks with HSDP
 // (fsdp_size 2: shard groups {0, 1} and {2, 3}), both layouts, after a step: every piece is the slice
 // [flat_offset, + numel) of get_per_tensor_param's tensor, bitwise in fp32 and its cast in bf16; the pieces of a
 // shard group cover each tensor exactly once; the placement names the group and only the first replica
@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "host_api/shard_export.h"
+#include "host_api/exports.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
 #include "engine_driver/step_loop.h"

@@ -1,4 +1,4 @@
-// Weight export (docs/ARCHITECTURE.md, "The contract"): BaseEngine::weight_stream and WeightBucketer over real Gloo
+// Weight export (docs/ARCHITECTURE.md, "The contract"): BaseEngine::export_weights and WeightBucketer over real Gloo
 // ranks at world sizes 1, 2 and 4, compared with the independent path the weights also take, the Hugging Face
 // directory a checkpoint writes (save_contents "hf_model") read back by models::build_model.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <set>
 
 #include "host_api/error.h"
-#include "host_api/weight_export.h"
+#include "host_api/exports.h"
 #include "models/model_factory.h"
 #include "tests/fsdp/fsdp_test_util.h"
 #include "tests/support/multirank.h"
@@ -62,7 +62,7 @@ TEST_P(WeightExport, StreamEqualsTheHfExportInFp32AndBf16) {
     engine.initialize();
     const auto hf = train_and_read_hf_export(engine, ctx);
     for (const auto dtype : {c10::kFloat, c10::kBFloat16}) {
-      auto stream = weight_stream(engine, dtype);
+      auto stream = engine.export_weights(dtype);
       std::set<std::string> seen;
       size_t groups = 0;
       for (auto group = stream->next(); !group.empty(); group = stream->next()) {
@@ -97,7 +97,7 @@ TEST(WeightExportBuckets, TableCoversEveryTensorWithinTheBucketSize) {
     engine.initialize();
     const auto want = engine_params(engine);
     const int64_t bucket_bytes = 6000;
-    WeightBucketer bucketer(weight_stream(engine, c10::kBFloat16), bucket_bytes);
+    WeightBucketer bucketer(engine.export_weights(c10::kBFloat16), bucket_bytes);
     std::vector<std::string> order;
     WeightBucket bucket;
     size_t buckets = 0;
@@ -130,7 +130,7 @@ TEST(WeightExportBuckets, NonPositiveSizeIsRefused) {
   fsdp::FSDPEngine engine(args);
   engine.initialize();
   try {
-    WeightBucketer bucketer(weight_stream(engine, c10::kFloat), 0);
+    WeightBucketer bucketer(engine.export_weights(c10::kFloat), 0);
     FAIL() << "a zero bucket size was accepted";
   } catch (const EngineryError& e) {
     EXPECT_NE(std::string(e.what()).find("WeightBucketer"), std::string::npos) << e.what();

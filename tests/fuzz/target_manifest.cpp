@@ -51,9 +51,8 @@ Target manifest_target() {
     return std::vector<std::string>{rendered("plugin.toml"), rendered("tests/registry/alpha.toml.in"),
                                     rendered("examples/plugin/plugin.toml.in")};
   };
-  t.dictionary = {"manifest_version", "name", "version", "api_version", "library", "sha256", "capabilities",
-                  "[[engines]]\n", "model_type", "backend", "device", "\"hsdp\"", "\"precision-cpu-fp32\"",
-                  "\"1.0\"", "\"2.0\""};
+  t.dictionary = {"name", "version", "api_version", "library", "sha256", "[[engines]]\n", "model_type", "backend",
+                  "device", "\"3\"", "\"2.6\"", "manifest_version", "capabilities"};
   return t;
 }
 

@@ -3,6 +3,7 @@
 #include "host_api/error.h"
 #include "registry/engine_registry.h"
 #include "engine_driver/config_checks.h"
+#include "engine_driver/step_loop.h"
 #include "tests/registry/fake_engine.h"
 
 namespace enginery::test {
@@ -13,8 +14,8 @@ EngineRegistration fake(EngineKey key, const std::string& plugin, int id, std::s
   return {std::move(key),
           [id, live](const EngineArgs& args) { return std::make_shared<FakeEngine>(args, id, live); },
           {plugin, "/plugins/" + plugin + "/plugin.toml"},
-          {"cap"},
-          std::move(keep)};
+          std::move(keep),
+          {}};
 }
 
 std::string message_of(const std::function<void()>& f) {
@@ -149,8 +150,8 @@ TEST(EngineRegistry, RefusesConfigurationTheEngineDoesNotDeclare) {
 TEST(EngineRegistry, DeclaredConfigurationReachesTheFactory) {
   EngineRegistry registry;
   EngineRegistration r = fake({"language_model", "fsdp", "cpu"}, "p1", 1);
-  r.support.param_offload = true;
-  r.support.param_dtypes.push_back(c10::kHalf);
+  r.traits.config.param_offload = true;
+  r.traits.config.param_dtypes.push_back(c10::kHalf);
   registry.register_engine(std::move(r));
   EngineArgs args;
   args.engine.param_offload = true;
@@ -169,7 +170,7 @@ TEST(EngineRegistry, TokenBudgetWithoutDynamicBatchSizeIsAcceptedAsVerlAcceptsIt
   for (const bool dynamic : {true, false}) {
     EngineRegistry registry;
     EngineRegistration r = fake({"language_model", "fsdp", "cpu"}, "p1", 1);
-    r.support.dynamic_bsz = dynamic;
+    r.traits.config.dynamic_bsz = dynamic;
     registry.register_engine(std::move(r));
     EngineArgs args;
     args.engine.max_token_len_per_gpu = 128;
@@ -192,6 +193,35 @@ TEST(EngineRegistry, FsdpSizeOfTheWorldOrMoreIsWholeWorldSharding) {
   EXPECT_NE(message_of([&] { registry.create({"language_model", "fsdp", "cpu"}, args); })
                 .find("engine.fsdp_size = 1 is not implemented"),
             std::string::npos);
+}
+
+// Hosts hand the batch temperature only to engines that declared it (docs/ARCHITECTURE.md, "One step"): the
+// registry tells each engine it creates what its registration declared, and the loop refuses a temperature other
+// than 1 to an engine that did not declare it, by name and before any work; one that did gets it.
+TEST(EngineRegistry, TheLoopRefusesATemperatureTheEngineDidNotDeclare) {
+  EngineRegistry registry;
+  for (const bool declared : {false, true}) {
+    EngineRegistration r = fake({"language_model", declared ? "warm" : "plain", "cpu"}, "p", 1);
+    r.traits.capabilities.temperature = declared;
+    registry.register_engine(std::move(r));
+  }
+  Batch batch;
+  batch.set("input_ids", torch::ones({1, 4}, torch::kLong));
+  batch.set("attention_mask", torch::ones({1, 4}, torch::kLong));
+  auto plain = registry.create("language_model", "plain", "cpu", EngineArgs{});
+  auto warm = registry.create("language_model", "warm", "cpu", EngineArgs{});
+  EXPECT_NO_THROW(infer_batch(*plain, batch)) << "no temperature";
+  batch.set_meta("temperature", 1.0);
+  EXPECT_NO_THROW(infer_batch(*plain, batch)) << "temperature 1 is what every engine applies";
+  batch.set_meta("temperature", 0.5);
+  const std::string refusal = message_of([&] { infer_batch(*plain, batch); });
+  EXPECT_EQ(refusal.rfind("batch metadata 'temperature': is 0.500000, but engine fsdp (language_model, cpu) does not "
+                          "apply a temperature: its registration does not declare the capability 'temperature'",
+                          0),
+            0u)
+      << refusal;
+  EXPECT_NO_THROW(infer_batch(*warm, batch));
+  EXPECT_EQ(registry.list()[1].capabilities, (std::vector<std::string>{"precision-cpu-fp32", "temperature"}));
 }
 
 }  // namespace

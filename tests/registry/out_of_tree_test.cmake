@@ -65,10 +65,25 @@ endforeach()
 
 # The installed manifest documentation gives the api_version this host speaks (host_api/version.h).
 file(READ ${prefix}/include/enginery/host_api/version.h version_h)
-string(REGEX MATCH "kApiVersionMajor = ([0-9]+)" _ "${version_h}")
+string(REGEX MATCH "kContractVersion = ([0-9]+)" _ "${version_h}")
 set(api "${CMAKE_MATCH_1}")
-string(REGEX MATCH "kApiVersionMinor = ([0-9]+)" _ "${version_h}")
-set(api "${api}.${CMAKE_MATCH_1}")
+
+# The contract is readable in one sitting: at most 600 lines as installed, comments included (issue 43; what a host
+# uses to drive engines is engine_driver/, installed beside it).
+file(GLOB contract ${prefix}/include/enginery/host_api/*.h)
+set(contract_lines 0)
+foreach(header ${contract})
+  file(READ ${header} text)
+  string(REGEX MATCHALL "\n" newlines "${text}")
+  list(LENGTH newlines count)
+  math(EXPR contract_lines "${contract_lines} + ${count}")
+endforeach()
+if(contract_lines GREATER 600)
+  message(FATAL_ERROR "the installed contract (include/enginery/host_api) has ${contract_lines} lines, over 600")
+endif()
+if(NOT EXISTS ${prefix}/include/enginery/engine_driver/step_loop.h)
+  message(FATAL_ERROR "the install lacks the host's engine_driver headers")
+endif()
 foreach(file ${prefix}/include/enginery/registry/manifest.h ${example_dir}/plugin.toml.in)
   file(READ ${file} text)
   string(REGEX MATCH "api_version = \"([0-9.]+)\"" _ "${text}")

@@ -78,7 +78,7 @@ std::vector<BadCase> bad_cases() {
        [a](const fs::path& p, const fs::path&) {
          make_beta(p, a, replace(beta_manifest(), "name = \"tp_beta\"", "name = \"tp_beta"));
        },
-       {"a_bad/plugin.toml:2:", "malformed TOML"}, false},
+       {"a_bad/plugin.toml:1:", "malformed TOML"}, false},
       {"missing_field", a,
        [a](const fs::path& p, const fs::path&) {
          make_beta(p, a, replace(beta_manifest(), "library = \"libtp_beta.so\"\n", ""));
@@ -88,14 +88,14 @@ std::vector<BadCase> bad_cases() {
        [a](const fs::path& p, const fs::path&) {
          make_beta(p, a, replace(beta_manifest(), "version = \"0.0.1\"", "version = 3"));
        },
-       {"a_bad/plugin.toml:3:11: field 'version' must be a string, got integer"}, false},
+       {"a_bad/plugin.toml:2:11: field 'version' must be a string, got integer"}, false},
       {"unknown_key", a,
        [a](const fs::path& p, const fs::path&) {
          ManifestSpec spec = spec_for("tp_beta", "beta");
          spec.extra = "colour = \"red\"\n";
          make_beta(p, a, manifest_text(spec));
        },
-       {"a_bad/plugin.toml:6:1: unknown key 'colour'", "allowed: manifest_version, name"}, false},
+       {"a_bad/plugin.toml:5:1: unknown key 'colour'", "allowed: name, version"}, false},
       {"library_missing", a,
        [a](const fs::path& p, const fs::path&) {
          ManifestSpec spec = spec_for("tp_beta", "beta");
@@ -120,29 +120,42 @@ std::vector<BadCase> bad_cases() {
          make_plugin(p, a, "tp_no_entry", manifest_text(spec_for("tp_no_entry", "none")));
        },
        {"has no entry point 'enginery_plugin_info'"}, true},
-      {"api_major_in_library", a,
+      {"contract_newer_in_library", a,
        [a](const fs::path& p, const fs::path&) {
-         make_plugin(p, a, "tp_api_major", manifest_text(spec_for("tp_api_major", "major")));
+         make_plugin(p, a, "tp_contract_next", manifest_text(spec_for("tp_contract_next", "next")));
        },
-       {"wrong API version on the library: got " + std::to_string(kApiVersionMajor + 1), "major versions differ"},
+       {"the library was built against contract " + std::to_string(kContractVersion + 1),
+        "this host is older than the plugin"},
        true},
-      {"api_major_in_manifest", a,
+      {"contract_newer_in_manifest", a,
        [a](const fs::path& p, const fs::path&) {
          ManifestSpec spec = spec_for("tp_beta", "beta");
-         spec.api_version = std::to_string(kApiVersionMajor + 1) + ".0";
+         spec.api_version = std::to_string(kContractVersion + 1);
          make_beta(p, a, manifest_text(spec));
        },
-       {"a_bad/plugin.toml:4:15: wrong API version on plugin 'tp_beta'", "major versions differ"}, false},
-      {"api_1x_plugin", a,
+       {"a_bad/plugin.toml:3:15: plugin 'tp_beta' was built against contract " + std::to_string(kContractVersion + 1)},
+       false},
+      // A 2.x manifest is refused before its library is opened; a 2.x library whose manifest says 3 when opened.
+      {"manifest_2x", a,
        [a](const fs::path& p, const fs::path&) {
-         make_plugin(p, a, "tp_api_old", manifest_text(spec_for("tp_api_old", "old")));
+         ManifestSpec spec = spec_for("tp_beta", "beta");
+         spec.api_version = "2.6";
+         make_beta(p, a, manifest_text(spec));
        },
-       {"wrong API version on the library: got 1.0", "built against the 1.x contract must be rebuilt"}, true},
-      {"api_newer_minor", a,
+       {"a_bad/plugin.toml:3:15: api_version \"2.6\" is a 2.x plugin", "Migrating from 2.x"}, false},
+      {"library_2x", a,
        [a](const fs::path& p, const fs::path&) {
-         make_plugin(p, a, "tp_api_minor", manifest_text(spec_for("tp_api_minor", "minor")));
+         make_plugin(p, a, "tp_contract_2", manifest_text(spec_for("tp_contract_2", "old")));
        },
-       {"newer than the host's"}, true},
+       {"the library was built against contract 2", "a 2.x plugin; rebuild it against enginery's contract 3",
+        "Migrating from 2.x"},
+       true},
+      {"header_fingerprint_mismatch", a,
+       [a](const fs::path& p, const fs::path&) {
+         make_plugin(p, a, "tp_fingerprint", manifest_text(spec_for("tp_fingerprint", "fp")));
+       },
+       {"built against other enginery headers (fingerprint 0000000000000000", "rebuild it against this installation"},
+       true},
       {"torch_version_mismatch", a,
        [a](const fs::path& p, const fs::path&) {
          make_plugin(p, a, "tp_torch_version", manifest_text(spec_for("tp_torch_version", "tv")));
@@ -199,7 +212,7 @@ std::vector<BadCase> bad_cases() {
          spec.library = "../m_alpha/libtp_alpha.so";
          make_plugin(p, a, "", manifest_text(spec));
        },
-       {"a_bad/plugin.toml:5:11: field 'library' is '../m_alpha/libtp_alpha.so', which is outside"}, false},
+       {"a_bad/plugin.toml:4:11: field 'library' is '../m_alpha/libtp_alpha.so', which is outside"}, false},
       {"library_escapes_by_absolute_path", a,
        [a](const fs::path& p, const fs::path& good) {
          ManifestSpec spec = spec_for("tp_beta", "beta");
@@ -359,27 +372,23 @@ TEST(PluginLoader, LoadsTheManifestCMakeRendered) {
   auto engines = registry.list();
   ASSERT_EQ(engines.size(), 2u);
   EXPECT_EQ(engines[0].key, (EngineKey{"language_model", "alpha", "cpu"}));
-  EXPECT_EQ(engines[0].capabilities, std::vector<std::string>{"multi-rank"});
+  // Read from the registration's traits, not the manifest.
+  EXPECT_EQ(engines[0].capabilities, (std::vector<std::string>{"multi-rank", "precision-cpu-fp32"}));
 }
 
-// A host accepts the same major with an older minor: a 2.0 plugin loads into the 2.1 host. Its engines do not
-// implement OffloadableEngine, so BaseEngine::to refuses them by name instead of calling into them.
-TEST(PluginLoader, OlderMinorLoadsAndItsEnginesRefuseOffload) {
-  TempDir tmp;
-  fs::path search = make_dir(tmp.path() / "plugins");
-  ManifestSpec spec = spec_for("tp_api_2_0", "old_minor");
-  spec.api_version = std::to_string(kApiVersionMajor) + ".0";
-  make_plugin(search, "m_old", "tp_api_2_0", manifest_text(spec));
+// An engine whose registration does not declare offload keeps BaseEngine's move_state, which refuses by name.
+TEST(PluginLoader, AnEngineWithoutOffloadRefusesToByName) {
+  fs::path dir = fs::path(ENGINERY_TEST_PLUGIN_DIR) / "tp_alpha";
   EngineRegistry registry;
-  PluginLoadReport report = PluginLoader({{search, "--plugin-dir", true}}).load(registry);
+  PluginLoadReport report = PluginLoader({{dir, "--plugin-dir", true}}).load(registry);
   ASSERT_TRUE(report.ok()) << report.rejected[0].reason;
-  ASSERT_EQ(report.loaded.size(), 1u);
-  auto engine = registry.create("language_model", "old_minor", "cpu", EngineArgs{});
+  auto engine = registry.create("language_model", "alpha", "cpu", EngineArgs{});
   try {
     engine->to(torch::kCPU);
     ADD_FAILURE() << "to() on an engine without offload did not throw";
   } catch (const EngineryError& e) {
     EXPECT_NE(std::string(e.what()).find("does not implement to(cpu)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("capability 'offload'"), std::string::npos) << e.what();
   }
 }
 

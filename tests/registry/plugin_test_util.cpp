@@ -38,12 +38,12 @@ std::string rendered_sha256(const std::string& target) {
 
 ManifestSpec spec_for(const std::string& target, const std::string& backend) {
   return {target, "lib" + target + ".so", {{"language_model", backend, "cpu"}, {"value_model", backend, "cpu"}},
-          std::to_string(kApiVersionMajor) + "." + std::to_string(kApiVersionMinor),
+          std::to_string(kContractVersion),
           "sha256 = \"" + rendered_sha256(target) + "\"\n"};
 }
 
 std::string manifest_text(const ManifestSpec& spec) {
-  std::string text = "manifest_version = 1\nname = \"" + spec.name + "\"\nversion = \"0.0.1\"\napi_version = \"" +
+  std::string text = "name = \"" + spec.name + "\"\nversion = \"0.0.1\"\napi_version = \"" +
                      spec.api_version + "\"\nlibrary = \"" + spec.library + "\"\n" + spec.extra;
   for (const auto& key : spec.engines) {
     text += "\n[[engines]]\nmodel_type = \"" + key.model_type + "\"\nbackend = \"" + key.backend +

@@ -34,7 +34,7 @@ struct ManifestSpec {
   std::string name;
   std::string library;
   std::vector<EngineKey> engines;
-  std::string api_version = std::to_string(kApiVersionMajor) + "." + std::to_string(kApiVersionMinor);
+  std::string api_version = std::to_string(kContractVersion);
   std::string extra;  // more top-level lines: "sha256 = ..." from spec_for; a case may replace it
 };
 

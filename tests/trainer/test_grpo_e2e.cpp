@@ -1,6 +1,6 @@
 // GRPO through the real `enginery` executable and the fsdp plugin on 2 CPU ranks: a run is a function of its seed,
 // and a few steps raise the reward on a toy task (1-digit addition after a short SFT warm-up). Both need
-// models::generate and BaseEngine::weight_stream.
+// models::generate and BaseEngine::export_weights.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>

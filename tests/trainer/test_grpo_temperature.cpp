@@ -5,11 +5,14 @@
 // grad norm are compared with an independent float64 computation from the model's hidden states. The engine's
 // refusal when it cannot apply the temperature is checked against a registry.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "engine_driver/engine_access.h"
 #include "host_api/error.h"
 #include "models/kv_cache.h"
 #include "models/model_factory.h"
@@ -115,6 +118,8 @@ TEST(GrpoTemperature, OldReferenceAndNewLogProbsAreThoseOfTheSamplingDistributio
   const TrainConfig c = load_train_config(config_file("grpo.toml", kConfig),
                                           {"rollout.temperature=" + std::to_string(temperature)});
   test::ModelEngine engine(c.model, c.engine);
+  // Built without the registry: declare what its registration would (the engine scales its logits by T).
+  EngineAccess::declared(engine).temperature = true;
   GrpoStep step(c, engine, {}, torch::kCPU, 0, 1);
   const auto train = open_dataset(c.data.train_files, "train", c.data.max_length, c.data.digits, c.data.train_size,
                                   static_cast<uint64_t>(c.data.seed));
@@ -165,7 +170,8 @@ TEST(GrpoTemperature, AnEngineWithoutTheCapabilityIsRefusedUnlessTheTemperatureI
     r.key = {"language_model", "fsdp", "cpu"};
     r.factory = [](const EngineArgs&) -> std::shared_ptr<BaseEngine> { return nullptr; };
     r.origin = {"plain", "/plugins/plain/plugin.toml"};
-    r.capabilities = std::move(capabilities);
+    r.traits.capabilities.temperature =
+        std::find(capabilities.begin(), capabilities.end(), "temperature") != capabilities.end();
     registry->register_engine(std::move(r));
     return registry;
   };

@@ -31,13 +31,19 @@ int run_plugins(const std::vector<std::string>& plugin_dirs) {
     std::cout << "  " << dir.path.string() << "  (" << dir.source
               << (std::filesystem::exists(dir.path, ec) ? "" : ", missing") << ")\n";
   }
+  const std::vector<EngineInfo> engines = registry.list();
   std::cout << "plugins loaded: " << report.loaded.size() << "\n";
   for (const auto& plugin : report.loaded) {
     std::cout << "  " << plugin.manifest.name << " " << plugin.manifest.version << "  ("
               << plugin.manifest.file.string() << ")\n";
     for (const auto& engine : plugin.manifest.engines) {
       std::cout << "    " << engine.key.model_type << " / " << engine.key.backend << " / " << engine.key.device;
-      if (!engine.capabilities.empty()) std::cout << "  [" << joined(engine.capabilities) << "]";
+      // What the engine declared at registration (docs/ARCHITECTURE.md, "The contract").
+      for (const auto& info : engines) {
+        if (info.key == engine.key && !info.capabilities.empty()) {
+          std::cout << "  [" << joined(info.capabilities) << "]";
+        }
+      }
       std::cout << "\n";
     }
   }

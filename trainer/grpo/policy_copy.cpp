@@ -3,7 +3,7 @@
 #include <set>
 
 #include "host_api/error.h"
-#include "host_api/weight_export.h"
+#include "host_api/exports.h"
 #include "models/model_factory.h"
 #include "engine_driver/weight_export.h"
 
@@ -30,7 +30,7 @@ void PolicyCopy::load_from(BaseEngine& engine) {
   auto params = model_->named_parameters(/*recurse=*/true);
   std::set<std::string> loaded;
   std::string problem;  // the first one; reported after the stream is drained so no rank leaves it early
-  std::unique_ptr<WeightStream> stream = weight_stream(engine, dtype_);
+  std::unique_ptr<WeightStream> stream = engine.export_weights(dtype_);
   for (auto group = stream->next(); !group.empty(); group = stream->next()) {
     for (const NamedTensor& item : group) {
       torch::Tensor* target = params.find(item.name);

@@ -21,7 +21,7 @@ class PolicyCopy {
   PolicyCopy(const TrainConfig& config, const torch::Device& device, c10::ScalarType dtype,
              const std::string& role);
 
-  // Copies the actor's current weights in (BaseEngine::weight_stream in this copy's dtype). Collective: every
+  // Copies the actor's current weights in (BaseEngine::export_weights in this copy's dtype). Collective: every
   // rank drains the whole stream, and only then reports a name or shape this copy does not have.
   void load_from(BaseEngine& engine);
 

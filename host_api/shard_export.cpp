@@ -1,8 +1,0 @@
-#include "host_api/shard_export.h"
-
-namespace enginery {
-
-ShardStream::~ShardStream() = default;
-ShardExportingEngine::~ShardExportingEngine() = default;
-
-}  // namespace enginery

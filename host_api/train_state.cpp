@@ -1,7 +1,0 @@
-#include "host_api/train_state.h"
-
-namespace enginery {
-
-TrainStateEngine::~TrainStateEngine() = default;
-
-}  // namespace enginery
