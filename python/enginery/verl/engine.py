@@ -107,7 +107,6 @@ class EngineryVerlEngine:
         device_type = self.device.split(":")[0]
         capabilities = {c for e in enginery.plugins() for c in e["capabilities"]
                         if (e["model_type"], e["backend"], e["device"]) == (self.model_type, self.backend, device_type)}
-        self._scales_logits = "temperature" in capabilities
         self._exports_shards = "shard-export" in capabilities
         self._delta_shard_snap = {}  # HF name -> this rank's piece as last exported (prime_delta_snapshots)
         self._built_from = self._sections()
@@ -569,22 +568,18 @@ _MICRO_BATCHING = ("micro_batch_size_per_gpu", "use_dynamic_bsz", "max_token_len
 
 
 # Batch metadata the adapter reads; everything else in the batch goes to the loss function untouched.
-def _temperature(data, scales):
+def _temperature(data):
     """verl's batch['temperature'] as the contract's one value per call: a number, or a tensor of one value per row,
-    which must all be the same (the engines scale a whole call's logits alike). The value itself is the engine's to
-    check (host_api/batch.h, batch_temperature). Another value than 1 goes only to an engine that declares the
-    capability `temperature` (`scales`): docs/ARCHITECTURE.md, "One step"."""
-    where = "enginery.verl forward_backward_batch"
+    which must all be the same (the engines scale a whole call's logits alike). The engine's loop checks the value
+    and refuses one other than 1 for an engine that did not declare the capability `temperature`
+    (docs/ARCHITECTURE.md, "One step")."""
     temperature = layout.get(data, "temperature", 1.0)
     if isinstance(temperature, torch.Tensor):
         values = temperature.flatten().unique() if temperature.numel() else torch.ones(1)
         if values.numel() != 1:
-            raise _error(f"batch['temperature'] has {values.numel()} different values", where,
-                         "one temperature per batch")
+            raise _error(f"batch['temperature'] has {values.numel()} different values",
+                         "enginery.verl forward_backward_batch", "one temperature per batch")
         temperature = values.item()
-    if (isinstance(temperature, bool) or temperature != 1) and not scales:
-        raise _error(f"batch['temperature'] = {temperature}: this engine does not declare the capability "
-                     f"'temperature'", where, "1.0, or an engine with the capability 'temperature'")
     return temperature
 
 
@@ -642,7 +637,7 @@ class _Call:
 
     def __init__(self, owner, data, loss_function, forward_only):
         calculate_entropy = _check_metadata(data)
-        temperature = _temperature(data, owner._scales_logits)
+        temperature = _temperature(data)
         pad_token_id = layout.get(data, "pad_token_id", 0)
         self.batch, self.layout = layout.to_engine_batch(data, pad_token_id if isinstance(pad_token_id, int) else 0)
         self.batch["calculate_entropy"] = calculate_entropy
