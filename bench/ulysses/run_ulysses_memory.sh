@@ -11,6 +11,14 @@
 #   shape: a key of bench/gpu/reference_fsdp2.py's SHAPES (default 1.5B); runs: SEQ:ac with ac off|on (activation
 #   checkpointing per layer), default "16384:off 32768:off 32768:on". No run starts after BENCH_DEADLINE seconds
 #   (default 540).
+#   On a machine without 2 GPUs: run_ulysses_memory.sh --cpu OUT [SEQ:off|on ...] runs the same figure on 2 Gloo CPU
+#   ranks (run_ulysses_memory_cpu.sh, a narrowed model; peak resident set per rank) with this checkout's build/.
+if [ "$1" = --cpu ]; then
+  shift
+  cpu_out=${1:?usage: run_ulysses_memory.sh --cpu OUT [SEQ:off|on ...]}
+  shift
+  exec "$(dirname "$0")/run_ulysses_memory_cpu.sh" "$cpu_out" "$(cd "$(dirname "$0")/../.." && pwd)/build" "$@"
+fi
 out=${1:?usage: run_ulysses_memory.sh OUT [shape] [SEQ:off|on ...]}
 shape=${2:-1.5B}
 shift 2 2>/dev/null || shift $#
