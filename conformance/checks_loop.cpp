@@ -1,6 +1,6 @@
 // The host-owned micro-batch loop (docs/ARCHITECTURE.md, "One step"): the engine under test and a second engine
 // written here (unsharded, fp32, built only on host_api and models) give the same loss, metrics and outputs on one
-// batch, because both run BaseEngine::forward_backward_batch and implement only forward_step.
+// batch, because both run the host's forward_backward_batch and implement only forward_step.
 #include <gtest/gtest.h>
 
 #include "host_api/error.h"

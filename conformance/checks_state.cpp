@@ -124,7 +124,7 @@ void check_offload(const Target& target) {
   expect_same_step(step(*moved, batch, loss), step(*stayed, batch, loss), "the step after a part-by-part round trip");
 }
 
-// [engine.<backend>] offload_outside_modes (host_api 2.3): outside the mode guards the state is on the host (on a
+// [engine.<backend>] offload_outside_modes: outside the mode guards the state is on the host (on a
 // GPU target a bare step is refused), train_mode() brings it for a step, infer_batch's own eval mode for a forward,
 // and every step and log-prob equals an engine without the option.
 void check_offload_modes(const Target& target) {

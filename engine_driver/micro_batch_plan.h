@@ -1,5 +1,5 @@
 #pragma once
-// How the host's loop (BaseEngine::forward_backward_batch) cuts a rank's batch into micro-batches
+// How the host's loop (forward_backward_batch, engine_driver/step_loop.h) cuts a rank's batch into micro-batches
 // (docs/ARCHITECTURE.md, "One step"): what an engine's forward_step receives. Fixed: consecutive groups of
 // engine.micro_batch_size_per_gpu rows. Dynamic (engine.use_dynamic_bsz): groups of rows holding at most
 // engine.max_token_len_per_gpu valid tokens each, balanced, in as many micro-batches as the rank with the most needs.

@@ -118,7 +118,7 @@ Micro micro_batching(const BaseEngine& e, const Batch& batch) {
   return m;
 }
 
-// This rank's verdict on its batch (host_api/batch_check.h), thrown only once the ranks agree (agree_on_tokens).
+// This rank's verdict on its batch (engine_driver/batch_check.h), thrown only once the ranks agree (agree_on_tokens).
 // Whatever the check throws becomes the verdict: a rank that left here early would leave the others waiting in the
 // agreement's all-reduce until collective_timeout_s.
 std::optional<EngineryError> refusal_of(const BaseEngine& e, const Batch& batch, const BatchLimits& limits,
@@ -144,8 +144,8 @@ Batch with_int64_ids(const Batch& batch) {
   return out;
 }
 
-// The host loop's micro-batches for `batch` (host_api/micro_batch_plan.h); dynamic ones are agreed over the group.
-// A refused batch gets none, but still takes part in the agreement.
+// The host loop's micro-batches for `batch` (engine_driver/micro_batch_plan.h); dynamic ones are agreed over the
+// group. A refused batch gets none, but still takes part in the agreement.
 MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch, bool refused) {
   const Micro micro = micro_batching(e, batch);
   if (!micro.dynamic) return refused ? MicroBatchPlan{} : plan_by_rows(batch.size(), micro.rows);

@@ -43,7 +43,7 @@ class DdpEngine : public enginery::BaseEngine {
   const enginery::EngineArgs& args() const override { return args_; }
 
  protected:
-  // One micro-batch of the host's loop (BaseEngine::forward_backward_batch).
+  // One micro-batch of the host's loop (forward_backward_batch, engine_driver/step_loop.h).
   enginery::MicroBatchResult forward_step(const enginery::Batch& micro_batch, const enginery::LossFn& loss_fn,
                                           const enginery::LossContext& ctx, bool forward_only) override;
   void set_training(bool training) override;

@@ -1,6 +1,6 @@
 // FSDPEngine::forward_step (docs/ARCHITECTURE.md, "One step"): autocast in the engine's precision, the loss, and the
 // backward with gradient reduction on the host loop's last micro-batch only. The loop itself is the host's
-// (BaseEngine::forward_backward_batch).
+// (forward_backward_batch, engine_driver/step_loop.h).
 #include "host_api/error.h"
 #include "plugin/fsdp/fsdp_engine.h"
 #include "support/torch_compat.h"

@@ -29,7 +29,7 @@ std::shared_ptr<BaseEngine> freed_without_gil(std::shared_ptr<BaseEngine> engine
 
 class PyEngine {
  public:
-  // `limits`: what the engine's batches are checked against beyond their layout (host_api/batch_check.h).
+  // `limits`: what the engine's batches are checked against beyond their layout (engine_driver/batch_check.h).
   PyEngine(std::shared_ptr<BaseEngine> engine, BatchLimits limits);
 
   void initialize();

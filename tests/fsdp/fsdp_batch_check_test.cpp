@@ -1,6 +1,6 @@
-// The host loop's batch checks over real Gloo ranks (host_api/batch_check.h): a rank that refuses its batch stops
-// every rank before any work, itself with the field and the row, the others naming it, instead of leaving them in
-// a collective; a call whose loss has no target token on any rank stops every rank, naming loss_mask.
+// The host loop's batch checks over real Gloo ranks (engine_driver/batch_check.h): a rank that refuses its batch
+// stops every rank before any work, itself with the field and the row, the others naming it, instead of leaving
+// them in a collective; a call whose loss has no target token on any rank stops every rank, naming loss_mask.
 #include <gtest/gtest.h>
 
 #include <cmath>

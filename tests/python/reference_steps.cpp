@@ -1,5 +1,5 @@
 // The C++ side of test_parity.py: the engine, batch and SFT loss the test drives from Python, run through the
-// host's own calls (BaseEngine::train_batch, trainer/losses.h), each step's loss, grad norm and lr printed exactly
+// host's own calls (train_batch, trainer/losses.h), each step's loss, grad norm and lr printed exactly
 // (C's %a), then a checkpoint whose model and optimizer files the test compares byte for byte.
 //
 //   python_reference_steps <plugin_dir> <checkpoint_dir> <steps> key=value...   (keys as in the config TOML)
