@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   EngineArgs args = bench::engine_args(me, flags);
   args.model.use_remove_padding = remove_padding;
   args.engine.use_dynamic_bsz = dynamic_bsz;
-  // Only with the flag: a budget without dynamic micro-batching is refused (host_api/config_support.cpp).
+  // Only with the flag: a budget without dynamic micro-batching is refused (engine_driver/config_checks.cpp).
   if (dynamic_bsz) args.engine.max_token_len_per_gpu = max_token_len;
   auto engine = bench::load_engine(flags, args);
 

@@ -155,7 +155,7 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   static models::Recompute recompute_wanted(const EngineArgs& args);
   void apply_recompute_policy();
   bool host_optimizer_step_ = false;
-  bool offload_outside_modes_ = false;  // [engine.<backend>] offload_outside_modes (host_api/mode_offload.h)
+  bool offload_outside_modes_ = false;  // [engine.<backend>] offload_outside_modes (engine_driver/mode_offload.h)
   models::Fp8Recipe fp8_ = models::Fp8Recipe::kOff;  // [engine.<backend>] fp8
   models::Recompute recompute_ = models::Recompute::kNothing;
   int64_t ulysses_size_ = 1;  // [engine.<backend>] ulysses_sequence_parallel_size (ulysses.h)

@@ -70,14 +70,14 @@ def _get_per_tensor_param(self, dtype=None):
     """Every full weight as (Hugging Face name, tensor), one FSDP unit gathered at a time, in `dtype` (None: fp32,
     the master weights' precision; a rollout engine wants torch.bfloat16). Collective: every rank must exhaust the
     generator. The stream may reuse a unit's buffer for the next unit, so each tensor handed out is a copy
-    (host_api/weight_export.h); Engine.weight_buckets(dtype, bucket_bytes) packs them into flat buffers instead."""
+    (host_api/exports.h); Engine.weight_buckets(dtype, bucket_bytes) packs them into flat buffers instead."""
     for group in self.weight_stream(torch.float32 if dtype is None else dtype):
         for name, tensor in group:
             yield name, tensor.clone()
 
 
 def _local_shards(self, dtype=None):
-    """This rank's piece of every weight, nothing gathered (host_api/shard_export.h): (Hugging Face name, local,
+    """This rank's piece of every weight, nothing gathered (host_api/exports.h): (Hugging Face name, local,
     full_shape, flat_offset), `local` 1-D in `dtype` (None: fp32) holding the elements [flat_offset, flat_offset +
     local.numel()) of the full tensor flattened, possibly none. Every rank yields the same names in the same order;
     Engine.shard_placement says which ranks' pieces make up the full tensors. Not collective. EngineryError for an

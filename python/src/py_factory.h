@@ -34,7 +34,7 @@ struct EngineRequest {
 // builds the engine through the registry, which refuses keys it does not honour. Errors name the offending key.
 // `group` / `store`: the caller's torch.distributed default group (the c10d class the engines talk to) and its
 // store, or None for a single process. The engine checks its batches' token ids against the model's vocabulary
-// (host_api/batch_check.h), read from the model's config as `enginery train` reads it.
+// (engine_driver/batch_check.h), read from the model's config as `enginery train` reads it.
 std::shared_ptr<PyEngine> new_engine(const EngineRequest& request, const py::object& group, const py::object& store);
 
 }  // namespace python

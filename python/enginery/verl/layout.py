@@ -12,7 +12,7 @@ strided nested tensor) is accepted wherever a jagged one is.
 Checked here is what only verl's layout can get wrong, before any conversion: rows that are not integer ids (the
 cast would truncate or wrap them), jagged entries whose rows are not as long as input_ids', response entries not
 as wide as the response mask, tensors on the meta device, a batch without rows. The converted batch's values (ids
-within the vocabulary, 0/1 masks, a target token per call) are the host loop's to check (host_api/batch_check.h).
+within the vocabulary, 0/1 masks, a target token per call) are the host loop's to check (engine_driver/batch_check.h).
 """
 import torch
 
