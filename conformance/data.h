@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "conformance/target.h"
+#include "engine_driver/step_loop.h"
 #include "host_api/base_engine.h"
 
 namespace enginery {

@@ -10,6 +10,15 @@
 
 namespace enginery {
 
+// Results of forward_backward_batch / train_batch / infer_batch.
+struct BatchOutput {
+  torch::Tensor loss;                               // sum of the micro-batch losses (the global token mean)
+  std::map<std::string, torch::Tensor> outputs;     // "log_probs", "entropy", "values": micro-batches in order
+  std::map<std::string, torch::Tensor> metrics;     // loss-function metrics, averaged over micro-batches
+  torch::Tensor grad_norm;                          // train_batch only; may be non-finite (the step was skipped)
+  double lr = 0.0;                                  // train_batch only: what lr_scheduler_step returned (as verl)
+};
+
 BatchOutput forward_backward_batch(BaseEngine& engine, const Batch& batch, const LossFn& loss_fn, bool forward_only,
                                    const BatchLimits& limits = {});
 // zero grad -> forward_backward_batch -> optimizer_step -> lr_scheduler_step.

@@ -33,15 +33,6 @@ struct EngineArgs {
   CheckpointConfig checkpoint;
 };
 
-// Results of forward_backward_batch / train_batch / infer_batch.
-struct BatchOutput {
-  torch::Tensor loss;                               // sum of the micro-batch losses (the global token mean)
-  std::map<std::string, torch::Tensor> outputs;     // "log_probs", "entropy", "values": micro-batches in order
-  std::map<std::string, torch::Tensor> metrics;     // loss-function metrics, averaged over micro-batches
-  torch::Tensor grad_norm;                          // train_batch only; may be non-finite (the step was skipped)
-  double lr = 0.0;                                  // train_batch only: what lr_scheduler_step returned (as verl)
-};
-
 // What one forward_step returns for one micro-batch.
 struct MicroBatchResult {
   torch::Tensor loss;                            // undefined when no loss function was given

@@ -1,5 +1,6 @@
 #pragma once
-// A batch of named tensors that share dim 0, plus scalar metadata (the C++ counterpart of verl's TensorDict).
+// A batch of named tensors plus scalar metadata (the C++ counterpart of verl's TensorDict). docs/ARCHITECTURE.md,
+// "The contract", batch layout.
 #include <torch/types.h>
 
 #include <cstdint>
@@ -10,13 +11,19 @@
 
 namespace enginery {
 
-// Conventional tensor names (all [batch, seq] unless noted):
-//   input_ids (int64; int32 accepted, engines get int64), attention_mask (1 = real token), position_ids (int64 or
-//   int32, optional: derived from the mask),
-//   loss_mask (1 where the token at that position is a training target; position 0 can never be one),
-//   old_log_probs, advantages (PPO), returns, values (value loss).
-// Everything the model emits is aligned the same way: log_probs[b, t] = log p(input_ids[b, t] | input_ids[b, <t]),
-// with log_probs[b, 0] = 0.
+// [Note: packed batch] What an engine's forward_step receives: S sequences of N tokens in all, back to back, as
+// verl's no-padding batch holds them.
+//   cu_seqlens (int64 [S + 1]: 0, then each sequence's end), input_ids (int64 [N]), position_ids (int64 [N],
+//   optional: 0, 1, ... in each sequence), loss_mask (per token [N]: 1 where that token is a target, never a
+//   sequence's first token; or per sequence [S, R], verl's response mask: the loss reads it), and the loss inputs
+//   (old_log_probs, ref_log_probs, advantages, returns, values), per token or per sequence likewise.
+// A tensor whose dim 0 is N is per token, one whose dim 0 is S per sequence (where N == S every sequence is one
+// token long and the two mean the same). The call's target tokens are loss_mask's ones (LossContext).
+// Outputs are aligned as verl aligns them: log_probs[t] = log p(input_ids[t + 1] | tokens <= t of its sequence)
+// and entropy[t] that distribution's, both 0 at a sequence's last token; values[t] at token t.
+// A padded batch (input_ids and attention_mask [S, T], 1 = real token, any padding; loss_mask and loss inputs
+// [S, T], position 0 never a target) is the host's form for its own data: the host's loop packs it before any
+// engine sees it and hands its loss and its caller padded tensors with log_probs[s, t] for token t itself.
 using MetaValue = std::variant<bool, int64_t, double, std::string>;
 
 class Batch {
@@ -33,10 +40,13 @@ class Batch {
   const MetaValue& meta(const std::string& name) const;
   const std::map<std::string, MetaValue>& all_meta() const { return meta_; }
 
-  int64_t size() const;  // dim 0 shared by all tensors; 0 when empty
+  bool packed() const { return has("cu_seqlens"); }
+  int64_t size() const;  // sequences (rows); 0 when empty
 
-  Batch slice(int64_t begin, int64_t end) const;                     // rows [begin, end), metadata copied
-  std::vector<Batch> split(int64_t rows_per_part) const;             // consecutive parts, the last may be smaller
+  // Sequences [begin, end) (views), or `rows` in that order (copied unless consecutive); metadata copied.
+  Batch slice(int64_t begin, int64_t end) const;
+  Batch select(const std::vector<int64_t>& rows) const;
+  std::vector<Batch> split(int64_t rows_per_part) const;  // consecutive parts, the last may be smaller
   Batch to(const torch::Device& device) const;
 
  private:
@@ -45,9 +55,8 @@ class Batch {
 };
 
 // The batch's `temperature` metadata (verl's name): the language head divides the logits by it before the
-// log-softmax, so log-probs and entropy are those of the sampling distribution at that temperature (values are not
-// affected). 1 when absent. Throws EngineryError naming the entry unless it is a finite number > 0. Engines that
-// do not implement it must refuse a value other than 1 (docs/ARCHITECTURE.md, "One step").
+// log-softmax (values are not affected). 1 when absent. Throws EngineryError naming the entry unless it is a
+// finite number > 0. Engines that do not implement it never receive another value (capability 'temperature').
 double batch_temperature(const Batch& batch);
 
 }  // namespace enginery

@@ -2,6 +2,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "host_api/batch.h"
 #include "host_api/model_output.h"
@@ -10,9 +11,10 @@ namespace enginery {
 
 // What the host's loop tells the engine and the loss about the whole call (docs/ARCHITECTURE.md, "One step").
 struct LossContext {
-  // Number of target tokens (sum of loss_mask[:, 1:]) over all micro-batches of this call on all data-parallel
+  // Number of target tokens (loss_mask's ones, batch.h) over all micro-batches of this call on all data-parallel
   // ranks, all-reduced once before the first micro-batch (verl's batch_num_tokens).
   double global_num_tokens = 0.0;
+  std::vector<int64_t> rows;  // the call's batch rows (sequences) in this micro-batch, in order
   int64_t dp_size = 1;
   int64_t micro_batch_index = 0;
   int64_t num_micro_batches = 1;

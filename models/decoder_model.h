@@ -18,10 +18,16 @@ namespace models {
 class SequenceParallelGroup;  // models/sequence_parallel.h
 
 struct ModelInputs {
-  torch::Tensor input_ids;       // [B, T] int64
-  torch::Tensor attention_mask;  // [B, T], 1 = real token (left or right padding)
-  torch::Tensor position_ids;    // [B, T] int64; undefined -> derived from attention_mask (cumsum - 1)
-  // model.use_remove_padding: compute on the valid tokens only, packed into one row; outputs keep the [B, T] layout.
+  // Padded: input_ids [B, T] with attention_mask [B, T] (1 = real token, left or right padding); outputs [B, T],
+  // log_probs[b, t] for token t itself (0 where there is none). Packed (cu_seqlens defined, host_api/batch.h's
+  // [Note: packed batch]): input_ids [N], the sequences' ends in cu_seqlens (int64 [S + 1], empty sequences
+  // allowed), attention_mask unused; outputs [N] in verl's alignment (log_probs[t] for token t + 1).
+  torch::Tensor input_ids;
+  torch::Tensor attention_mask;
+  torch::Tensor cu_seqlens;
+  torch::Tensor position_ids;    // like input_ids, int64; undefined -> counted from 0 in each sequence
+  // model.use_remove_padding: compute on the valid tokens only, packed into one row; off, a packed input is
+  // computed padded. Outputs keep the input's form either way.
   bool remove_padding = false;
   // Ulysses sequence parallelism (models/sequence_parallel.h): this rank computes its slice of the packed tokens.
   // Null or of size 1: off. Only a model whose check_sequence_parallel accepts the size may be handed one.

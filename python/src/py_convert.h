@@ -4,6 +4,7 @@
 // function here needs the GIL.
 #include <torch/python.h>
 
+#include "engine_driver/step_loop.h"
 #include "host_api/base_engine.h"
 
 namespace enginery {
