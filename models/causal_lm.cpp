@@ -85,27 +85,59 @@ torch::Tensor padded_causal_mask(const torch::Tensor& valid, int64_t t) {
 }  // namespace
 
 ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, UnitHooks* hooks) {
+  if (in.cu_seqlens.defined()) return forward_packed_input(in, head, hooks);
   const auto& ids = in.input_ids;
   if (ids.dim() != 2) {
-    throw EngineryError("must be [batch, seq], got " + std::to_string(ids.dim()) + " dimensions", "input_ids");
+    throw EngineryError("must be [batch, seq] (or [tokens] with cu_seqlens), got " + std::to_string(ids.dim()) +
+                            " dimensions",
+                        "input_ids");
   }
   const int64_t b = ids.size(0), t = ids.size(1);
   const auto device = ids.device();
   auto mask = in.attention_mask.defined() ? in.attention_mask.to(device) : torch::ones({b, t}, ids.options());
   auto valid = mask.to(torch::kBool);
-  const bool all_valid = valid.all().item<bool>();
   auto positions = in.position_ids.defined()
                        ? in.position_ids.to(device)
                        : (mask.to(torch::kLong).cumsum(-1) - 1).clamp_min(0);
-  if (in.sequence_parallel != nullptr && valid.any().item<bool>()) {
-    return ulysses_forward(ids, valid, positions, head, hooks, *in.sequence_parallel);
-  }
+  // Packed with model.use_remove_padding (or Ulysses): the packed path, its outputs moved to the padded layout.
   // Without padding there is nothing to take out: the dense path is the packed one. A micro-batch of padding only
   // (nothing to pack) runs dense too, so its units still run their collectives.
-  if (in.remove_padding && !all_valid && valid.any().item<bool>()) {
-    return packed_forward(ids, valid, positions, head, hooks);
+  const bool packed = in.sequence_parallel != nullptr || (in.remove_padding && !valid.all().item<bool>());
+  if (packed && valid.any().item<bool>()) {
+    const PackedBatch p = pack_batch(valid, ids, positions);
+    return outputs_to_padded(in.sequence_parallel != nullptr ? ulysses_forward(p, head, hooks, *in.sequence_parallel)
+                                                             : packed_forward(p, head, hooks),
+                             p);
   }
+  return padded_forward(ids, valid, positions, head, hooks);
+}
 
+ModelOutput CausalLM::forward_packed_input(const ModelInputs& in, const HeadOptions& head, UnitHooks* hooks) {
+  const PackedBatch p = pack_sequences(in.input_ids, in.cu_seqlens, in.position_ids);
+  const auto device = in.input_ids.device();
+  if (p.tokens() == 0) {
+    // No token at all: one padding position per sequence still runs through every unit (their collectives, as a
+    // padded micro-batch of padding only); the outputs are empty.
+    auto none = torch::zeros({std::max<int64_t>(p.rows, 1), 1}, torch::TensorOptions(device).dtype(torch::kLong));
+    ModelOutput out = padded_forward(none, none.to(torch::kBool), none, head, hooks);
+    for (auto* t : {&out.log_probs, &out.entropy, &out.values}) {
+      if (t->defined()) *t = t->reshape({-1}).narrow(0, 0, 0);
+    }
+    return out;
+  }
+  if (in.sequence_parallel != nullptr) return ulysses_forward(p, head, hooks, *in.sequence_parallel);
+  if (in.remove_padding) return packed_forward(p, head, hooks);
+  // model.use_remove_padding off: the sequences right padded to [S, longest], the padded path, verl's alignment.
+  auto ids = to_padded(p.input_ids[0], p);
+  auto valid = to_padded(torch::ones({p.tokens()}, ids.options()), p).to(torch::kBool);
+  auto positions = to_padded(p.position_ids[0], p);
+  return outputs_from_padded(padded_forward(ids, valid, positions, head, hooks), p);
+}
+
+ModelOutput CausalLM::padded_forward(const torch::Tensor& ids, const torch::Tensor& valid,
+                                     const torch::Tensor& positions, const HeadOptions& head, UnitHooks* hooks) {
+  const int64_t b = ids.size(0), t = ids.size(1);
+  const bool all_valid = valid.all().item<bool>();
   AttentionContext ctx;
   if (!all_valid) ctx.mask = padded_causal_mask(valid, t);
   auto h = body_forward(ids, positions, std::move(ctx), hooks);
@@ -130,20 +162,17 @@ ModelOutput CausalLM::forward(const ModelInputs& in, const HeadOptions& head, Un
   });
 }
 
-ModelOutput CausalLM::packed_forward(const torch::Tensor& ids, const torch::Tensor& valid,
-                                     const torch::Tensor& positions, const HeadOptions& head, UnitHooks* hooks) {
-  const int64_t b = ids.size(0), t = ids.size(1);
-  PackedBatch packed = pack_batch(valid, ids, positions);
+ModelOutput CausalLM::packed_forward(const PackedBatch& packed, const HeadOptions& head, UnitHooks* hooks) {
   AttentionContext ctx;
   ctx.packed = packed.sequences;
   auto h = body_forward(packed.input_ids, packed.position_ids, std::move(ctx), hooks)[0];  // [N, hidden]
-  if (head_ == HeadKind::kValue) {
-    return value_head(unpack_to_padded(score_(h).squeeze(-1).to(torch::kFloat), packed.index, b, t), hooks);
-  }
-  const PackedPairs pairs = packed_pairs(packed, t);
-  auto targets = ids.reshape({-1}).index_select(0, pairs.targets);
-  return language_head(h.index_select(0, pairs.rows), targets, head, hooks, [&](const torch::Tensor& values) {
-    return unpack_to_padded(values, pairs.targets, b, t);
+  if (head_ == HeadKind::kValue) return value_head(score_(h).squeeze(-1).to(torch::kFloat), hooks);
+  // Row i predicts token i + 1: only the rows with a next token in their sequence are computed.
+  const auto& rows = packed.pair_rows;
+  auto targets = packed.input_ids[0].index_select(0, rows + 1);
+  const int64_t n = packed.tokens();
+  return language_head(h.index_select(0, rows), targets, head, hooks, [&](const torch::Tensor& values) {
+    return torch::zeros({n}, values.options()).index_copy(0, rows, values);
   });
 }
 
@@ -211,7 +240,7 @@ ModelOutput CausalLM::value_head(torch::Tensor values, UnitHooks* hooks) {
 
 ModelOutput CausalLM::language_head(const torch::Tensor& h_rows, const torch::Tensor& targets,
                                     const HeadOptions& head, UnitHooks* hooks,
-                                    const std::function<torch::Tensor(const torch::Tensor&)>& to_padded) {
+                                    const std::function<torch::Tensor(const torch::Tensor&)>& place) {
   const auto weight = output_embedding_weight();
   const auto device = h_rows.device().type();
   const auto compute_dtype = compat::autocast_enabled(device) ? compat::autocast_dtype(device) : weight.scalar_type();
@@ -219,10 +248,10 @@ ModelOutput CausalLM::language_head(const torch::Tensor& h_rows, const torch::Te
   const torch::Tensor scaled = head.temperature == 1.0 ? h_rows : h_rows / head.temperature;
   auto r = chunked_log_probs(scaled, weight, targets, head.compute_entropy, compute_dtype, head.chunk_tokens);
   ModelOutput out;
-  out.log_probs = to_padded(r.log_probs);
+  out.log_probs = place(r.log_probs);
   std::vector<torch::Tensor> outputs{out.log_probs};
   if (head.compute_entropy) {
-    out.entropy = to_padded(r.entropy);
+    out.entropy = place(r.entropy);
     outputs.push_back(out.entropy);
   }
   if (hooks) hooks->post_forward(model_->layers.size() + 1, outputs);

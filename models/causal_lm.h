@@ -69,13 +69,19 @@ class CausalLM : public DecoderModel {
   DecoderBody body() { return model_; }
 
  private:
-  // model.use_remove_padding: the micro-batch's valid tokens as one row (models/packed_sequences.h).
-  ModelOutput packed_forward(const torch::Tensor& ids, const torch::Tensor& valid, const torch::Tensor& positions,
+  // The padded path: ids, valid, positions [B, T]; outputs [B, T], log_probs[b, t] for token t itself.
+  ModelOutput padded_forward(const torch::Tensor& ids, const torch::Tensor& valid, const torch::Tensor& positions,
                              const HeadOptions& head, UnitHooks* hooks);
+  // The packed path, the one owner of the packed computation: the tokens of `packed` as one row (N > 0), outputs [N]
+  // in verl's alignment (models/packed_sequences.h's [Note: packed rows and their padded layout]). A padded input
+  // with model.use_remove_padding comes here too and moves its outputs to its padded layout.
+  ModelOutput packed_forward(const PackedBatch& packed, const HeadOptions& head, UnitHooks* hooks);
   // Ulysses sequence parallelism: this rank's slice of the packed tokens through the model, the heads' outputs
-  // gathered over the group (causal_lm_ulysses.cpp; [Note: Ulysses token and head split]).
-  ModelOutput ulysses_forward(const torch::Tensor& ids, const torch::Tensor& valid, const torch::Tensor& positions,
-                              const HeadOptions& head, UnitHooks* hooks, const SequenceParallelGroup& group);
+  // gathered over the group (causal_lm_ulysses.cpp; [Note: Ulysses token and head split]); outputs as packed_forward.
+  ModelOutput ulysses_forward(const PackedBatch& packed, const HeadOptions& head, UnitHooks* hooks,
+                              const SequenceParallelGroup& group);
+  // A packed input (cu_seqlens defined): the packed or Ulysses path, or padded internally (remove_padding off).
+  ModelOutput forward_packed_input(const ModelInputs& inputs, const HeadOptions& head, UnitHooks* hooks);
   // Embeddings, decoder layers and the final norm over ids [B, T] (or one packed row [1, N]), each unit between its
   // hooks; the head unit's pre_forward is called, its post_forward is the head's.
   torch::Tensor body_forward(const torch::Tensor& ids, const torch::Tensor& positions, AttentionContext ctx,
@@ -83,10 +89,10 @@ class CausalLM : public DecoderModel {
   // Rotary tables for `positions` in the dtype of the embeddings.
   RopeTables rope_for(const torch::Tensor& positions);
   ModelOutput value_head(torch::Tensor values, UnitHooks* hooks);
-  // Log-probs (and entropy) of `targets` from the hidden rows predicting them; to_padded places one value per row
-  // into the caller's [batch, seq] layout.
+  // Log-probs (and entropy) of `targets` from the hidden rows predicting them; `place` puts one value per row into
+  // the output's layout.
   ModelOutput language_head(const torch::Tensor& h_rows, const torch::Tensor& targets, const HeadOptions& head,
-                            UnitHooks* hooks, const std::function<torch::Tensor(const torch::Tensor&)>& to_padded);
+                            UnitHooks* hooks, const std::function<torch::Tensor(const torch::Tensor&)>& place);
 
   ModelArgs args_;
   HeadKind head_;

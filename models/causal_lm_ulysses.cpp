@@ -37,15 +37,13 @@ void CausalLM::check_sequence_parallel(int64_t size, int64_t world, const std::s
                       key, join(allowed));
 }
 
-ModelOutput CausalLM::ulysses_forward(const torch::Tensor& ids, const torch::Tensor& valid,
-                                      const torch::Tensor& positions, const HeadOptions& head, UnitHooks* hooks,
+ModelOutput CausalLM::ulysses_forward(const PackedBatch& packed, const HeadOptions& head, UnitHooks* hooks,
                                       const SequenceParallelGroup& group) {
-  const int64_t b = ids.size(0), t = ids.size(1);
-  PackedBatch packed = pack_batch(valid, ids, positions);
-  const int64_t n = packed.index.size(0);
+  const int64_t n = packed.tokens();
+  const auto& ids = packed.input_ids[0];
   const SequenceSlice slice = sequence_slice(n, group);
   // The padding tokens (id 0, positions 0, 1, ...) are a sequence of their own (with_padding_sequence).
-  auto all_ids = torch::cat({packed.input_ids[0], torch::zeros({slice.padded - n}, packed.input_ids.options())});
+  auto all_ids = torch::cat({ids, torch::zeros({slice.padded - n}, ids.options())});
   auto all_positions =
       torch::cat({packed.position_ids[0], torch::arange(slice.padded - n, packed.position_ids.options())});
   AttentionContext ctx;
@@ -54,16 +52,14 @@ ModelOutput CausalLM::ulysses_forward(const torch::Tensor& ids, const torch::Ten
   auto h = body_forward(all_ids.narrow(0, slice.begin, slice.length).unsqueeze(0),
                         all_positions.narrow(0, slice.begin, slice.length).unsqueeze(0), std::move(ctx), hooks)[0];
   if (head_ == HeadKind::kValue) {
-    auto scores = gather_sequence(group, score_(h).squeeze(-1).to(torch::kFloat)).narrow(0, 0, n);
-    return value_head(unpack_to_padded(scores, packed.index, b, t), hooks);
+    return value_head(gather_sequence(group, score_(h).squeeze(-1).to(torch::kFloat)).narrow(0, 0, n), hooks);
   }
   // Every row of the slice predicts the next packed token; only the pairs the unsplit packed path computes
-  // (packed_pairs) reach the outputs, the others (a sequence's last token, padding) get no gradient.
-  const PackedPairs pairs = packed_pairs(packed, t);
+  // (pair_rows) reach the outputs, the others (a sequence's last token, padding) get no gradient.
   auto targets = all_ids.roll(-1).narrow(0, slice.begin, slice.length);
   return language_head(h, targets, head, hooks, [&](const torch::Tensor& values) {
-    auto rows = gather_sequence(group, values).narrow(0, 0, n).index_select(0, pairs.rows);
-    return unpack_to_padded(rows, pairs.targets, b, t);
+    auto rows = gather_sequence(group, values).narrow(0, 0, n).index_select(0, packed.pair_rows);
+    return torch::zeros({n}, values.options()).index_copy(0, packed.pair_rows, rows);
   });
 }
 

@@ -97,6 +97,55 @@ TEST_P(MoeParity, LogProbsAndEntropyMatchTransformersInFloat64) {
   }
 }
 
+// The fixture's sequences as a packed input, an empty and a one-token sequence among them (neither adds to the
+// loss: an empty one has no token, a one-token one has no next token).
+std::vector<std::vector<int64_t>> with_empty_and_one_token(const Expected& e) {
+  std::vector<std::vector<int64_t>> seqs{e.tokens[0], {}, {e.tokens[1][0]}};
+  for (size_t i = 1; i < e.tokens.size(); ++i) seqs.push_back(e.tokens[i]);
+  return seqs;
+}
+
+ModelOutput run_packed(CausalLM& model, const std::vector<std::vector<int64_t>>& seqs, bool remove_padding) {
+  HeadOptions head;
+  head.compute_entropy = true;
+  ModelInputs in = testing::packed_input(seqs);
+  in.remove_padding = remove_padding;
+  return model.forward(in, head, nullptr);
+}
+
+// Packed outputs in verl's alignment against transformers' token-aligned log-probs: packed row off + k holds
+// token k + 1's, a sequence's last row 0.
+void expect_packed_matches(const ModelOutput& out, const std::vector<std::vector<int64_t>>& seqs, const Expected& e) {
+  int64_t off = 0;
+  size_t fixture = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t len = static_cast<int64_t>(seqs[s].size());
+    const bool added = s == 1 || s == 2;
+    for (int64_t k = 0; k + 1 < len; ++k) {
+      ASSERT_FALSE(added);
+      EXPECT_NEAR(out.log_probs[off + k].item<double>(), e.log_probs[fixture][k], kTol) << "seq " << fixture;
+      EXPECT_NEAR(out.entropy[off + k].item<double>(), e.entropy[fixture][k], kTol) << "seq " << fixture;
+    }
+    if (len > 0) EXPECT_EQ(out.log_probs[off + len - 1].item<double>(), 0.0) << "packed sequence " << s;
+    if (!added) ++fixture;
+    off += len;
+  }
+  EXPECT_EQ(out.log_probs.size(0), off);
+}
+
+TEST_P(MoeParity, PackedInputMatchesTransformersInFloat64) {
+  const auto dir = data_dir(GetParam());
+  const auto e = load_expected(dir);
+  auto model = load_fp64(dir);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto seqs = with_empty_and_one_token(e);
+  for (bool remove_padding : {true, false}) {
+    SCOPED_TRACE(remove_padding ? "remove_padding on" : "remove_padding off");
+    expect_packed_matches(run_packed(*model, seqs, remove_padding), seqs, e);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeParity, ::testing::Values("hf_qwen3_moe", "hf_qwen3_moe_sparse_step"));
 
 // d/dtheta of sum(log_prob + 0.5 * entropy) over the real tokens, padded and packed, against transformers'.
@@ -104,11 +153,14 @@ TEST(MoeParity, GradientsMatchTransformersPaddedAndPacked) {
   const auto dir = data_dir("hf_qwen3_moe");
   const auto e = load_expected(dir);
   SafetensorsFile want(dir + "/grads.safetensors");
-  for (bool packed : {false, true}) {
-    SCOPED_TRACE(packed ? "packed" : "padded");
+  // Padded input (remove_padding off, on), then a packed input (cu_seqlens) with remove_padding on, off.
+  for (int form = 0; form < 4; ++form) {
+    const bool packed = form % 2 == 1;
+    SCOPED_TRACE((form < 2 ? std::string("padded input, ") : std::string("packed input, ")) +
+                 (packed ? "remove_padding on" : "remove_padding off"));
     auto model = load_fp64(dir);
     const auto batch = padded_batch(e, /*left=*/false);
-    const auto out = run(*model, batch, packed);
+    const auto out = form < 2 ? run(*model, batch, packed) : run_packed(*model, with_empty_and_one_token(e), packed);
     (out.log_probs + 0.5 * out.entropy).sum().backward();
     std::set<std::string> seen;
     for (const auto& p : model->named_parameters()) {

@@ -72,7 +72,61 @@ void check_batched(DecoderModel& model, const Expected& e, bool left, int64_t ch
   }
 }
 
+// The fixture's sequences as a packed input with an empty sequence and one-token sequences between them; the
+// outputs in verl's alignment: log_probs[off + k] = transformers' log p(token k + 1 | tokens <= k), 0 at a
+// sequence's last token.
+void check_packed_input(DecoderModel& model, const Expected& e, bool remove_padding, int64_t chunk_tokens) {
+  std::vector<std::vector<int64_t>> seqs{{e.tokens[0][0]}};
+  std::vector<int64_t> fixture{-1};  // which fixture sequence each packed one is (-1: an added one)
+  for (size_t i = 0; i < e.tokens.size(); ++i) {
+    seqs.push_back(e.tokens[i]);
+    fixture.push_back(static_cast<int64_t>(i));
+    if (i == 0) {
+      seqs.push_back({});
+      fixture.push_back(-1);
+      seqs.push_back({e.tokens[0][1]});
+      fixture.push_back(-1);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  HeadOptions head;
+  head.compute_entropy = true;
+  head.chunk_tokens = chunk_tokens;
+  ModelInputs in = testing::packed_input(seqs);
+  in.remove_padding = remove_padding;
+  const int64_t n = in.input_ids.size(0);
+  auto out = model.forward(in, head, nullptr);
+  ASSERT_EQ(out.log_probs.sizes(), (std::vector<int64_t>{n}));
+  ASSERT_EQ(out.entropy.sizes(), (std::vector<int64_t>{n}));
+  int64_t off = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t len = static_cast<int64_t>(seqs[s].size());
+    for (int64_t k = 0; k + 1 < len; ++k) {
+      const int64_t f = fixture[s];
+      ASSERT_GE(f, 0);
+      EXPECT_NEAR(out.log_probs[off + k].item<double>(), e.log_probs[f][k], kTol) << "seq " << f << " t " << k;
+      EXPECT_NEAR(out.entropy[off + k].item<double>(), e.entropy[f][k], kTol) << "seq " << f << " t " << k;
+    }
+    if (len > 0) {
+      EXPECT_EQ(out.log_probs[off + len - 1].item<double>(), 0.0) << "last token of packed sequence " << s;
+      EXPECT_EQ(out.entropy[off + len - 1].item<double>(), 0.0) << "last token of packed sequence " << s;
+    }
+    off += len;
+  }
+}
+
 class Parity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Parity, PackedInputMatchesTransformers) {
+  const auto dir = data_dir(GetParam());
+  auto model = load(dir);
+  const auto e = load_expected(dir);
+  for (bool remove_padding : {true, false}) {
+    SCOPED_TRACE(remove_padding ? "remove_padding on" : "remove_padding off");
+    check_packed_input(*model, e, remove_padding, /*chunk_tokens=*/0);
+    check_packed_input(*model, e, remove_padding, /*chunk_tokens=*/5);
+  }
+}
 
 TEST_P(Parity, UnpaddedSequencesMatchTransformers) {
   const auto dir = data_dir(GetParam());

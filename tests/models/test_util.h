@@ -60,6 +60,19 @@ inline void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
+// Sequences as a packed input (host_api/batch.h's [Note: packed batch]): input_ids [N], cu_seqlens [S + 1].
+inline ModelInputs packed_input(const std::vector<std::vector<int64_t>>& sequences) {
+  std::vector<int64_t> ids, cu{0};
+  for (const auto& s : sequences) {
+    ids.insert(ids.end(), s.begin(), s.end());
+    cu.push_back(static_cast<int64_t>(ids.size()));
+  }
+  ModelInputs in;
+  in.input_ids = torch::tensor(ids, torch::kLong).reshape({static_cast<int64_t>(ids.size())});
+  in.cu_seqlens = torch::tensor(cu, torch::kLong);
+  return in;
+}
+
 // Largest absolute elementwise difference, computed in float64.
 inline double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
