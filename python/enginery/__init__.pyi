@@ -4,7 +4,17 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 
 import torch
 
-BatchValue = Union[torch.Tensor, bool, int, float, str]
+# A batch: tensors and scalar metadata. Padded (host_api/batch.h): input_ids and attention_mask [rows, tokens],
+# loss_mask and loss inputs of that shape, log_probs[s, t] for token t itself. Packed, no padding ([Note: packed
+# batch]): input_ids a jagged nested tensor (torch.nested, layout=torch.jagged; a strided nested tensor or a list of
+# 1-D tensors is copied into one), read as input_ids.values() with cu_seqlens = input_ids.offsets(); another nested
+# entry gives its values() and is refused by name unless its rows are input_ids'; plain tensors are per token [N] or
+# per sequence [S, ...]; loss_mask 1 at each target token (never a sequence's first). Flat input_ids with an int64
+# cu_seqlens [S + 1] is the same call. A packed call's model_output is jagged nested tensors on input_ids' offsets
+# (views, no copy) in verl's alignment: log_probs[t] and entropy[t] for token t + 1, 0 at a sequence's last token;
+# values[t] per token. Its loss_fn gets model_output and the micro-batch packed: flat tensors and the micro-batch's
+# own cu_seqlens (from 0), ctx.rows naming its rows.
+BatchValue = Union[torch.Tensor, List[torch.Tensor], bool, int, float, str]
 Metrics = Mapping[str, Union[torch.Tensor, float, int]]
 LossReturn = Union[torch.Tensor, Tuple[torch.Tensor, Optional[Metrics]]]
 # loss_fn(model_output, data) or loss_fn(model_output, data, ctx): model_output has "log_probs" (and "entropy" when
@@ -21,6 +31,9 @@ class EngineryError(RuntimeError):
 class LossContext:
     @property
     def global_num_tokens(self) -> float: ...
+    # The call's batch rows (sequences) in this micro-batch, in order.
+    @property
+    def rows(self) -> List[int]: ...
     @property
     def dp_size(self) -> int: ...
     @property

@@ -28,6 +28,8 @@ void bind_loss_context(py::module_& m) {
   py::class_<LossContext>(m, "LossContext", "What the micro-batch loop tells the loss about the whole call.")
       .def_readonly("global_num_tokens", &LossContext::global_num_tokens,
                     "Target tokens of all micro-batches on all data-parallel ranks: divide the token sum by it.")
+      .def_readonly("rows", &LossContext::rows,
+                    "The call's batch rows (sequences) in this micro-batch, in order: a list of ints.")
       .def_readonly("dp_size", &LossContext::dp_size)
       .def_readonly("micro_batch_index", &LossContext::micro_batch_index)
       .def_readonly("num_micro_batches", &LossContext::num_micro_batches)

@@ -72,36 +72,36 @@ LossFn python_loss(const py::object& loss_fn) {
 }
 
 py::dict PyEngine::forward_backward_batch(const py::dict& batch, const py::object& loss_fn, bool forward_only) {
-  const Batch input = batch_from_dict(batch);
+  const PyBatch input = batch_from_dict(batch);
   const LossFn loss = python_loss(loss_fn);
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = enginery::forward_backward_batch(*engine_, input, loss, forward_only, limits_);
+    output = enginery::forward_backward_batch(*engine_, input.batch, loss, forward_only, limits_);
   }
-  return dict_from_batch_output(output, false);
+  return dict_from_batch_output(output, false, input.offsets);
 }
 
 py::dict PyEngine::train_batch(const py::dict& batch, const py::object& loss_fn) {
-  const Batch input = batch_from_dict(batch);
+  const PyBatch input = batch_from_dict(batch);
   const LossFn loss = python_loss(loss_fn);
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = enginery::train_batch(*engine_, input, loss, limits_);
+    output = enginery::train_batch(*engine_, input.batch, loss, limits_);
   }
-  return dict_from_batch_output(output, true);
+  return dict_from_batch_output(output, true, input.offsets);
 }
 
 py::dict PyEngine::infer_batch(const py::dict& batch, const py::object& loss_fn) {
-  const Batch input = batch_from_dict(batch);
+  const PyBatch input = batch_from_dict(batch);
   const LossFn loss = python_loss(loss_fn);
   BatchOutput output;
   {
     py::gil_scoped_release release;
-    output = enginery::infer_batch(*engine_, input, loss, limits_);
+    output = enginery::infer_batch(*engine_, input.batch, loss, limits_);
   }
-  return dict_from_batch_output(output, false);
+  return dict_from_batch_output(output, false, input.offsets);
 }
 
 void PyEngine::optimizer_zero_grad() {

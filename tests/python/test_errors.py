@@ -230,13 +230,14 @@ def test_int32_ids_train_as_int64_ids_do():
     assert steps[1]["grad_norm"] == steps[0]["grad_norm"]
 
 
-def test_a_nested_tensor_is_refused_by_name():
-    """verl's jagged tensors handed to the Python engine itself are named (they go through enginery.verl), not a
-    c10 error from inside the check that would leave the other ranks waiting."""
+def test_a_nested_tensor_beside_a_padded_input_ids_is_refused_by_name():
+    """A nested entry the batch cannot be read by (input_ids padded: no packed rows to match it against) is named,
+    not a c10 error from inside the check that would leave the other ranks waiting. A nested input_ids makes the
+    batch packed (test_packed.py)."""
     engine = engine_with({})
     engine.initialize()
     batch = common.parity_batch()
-    rows = [batch["input_ids"][i, :16 - i] for i in range(4)]
+    rows = [batch["loss_mask"][i, :16 - i] for i in range(4)]
     nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
-    with pytest.raises(enginery.EngineryError, match=r"batch\['input_ids'\].*nested"):
-        engine.train_batch({**batch, "input_ids": nested}, common.sft_loss)
+    with pytest.raises(enginery.EngineryError, match=r"batch\['loss_mask'\].*nested"):
+        engine.train_batch({**batch, "loss_mask": nested}, common.sft_loss)
