@@ -1,5 +1,6 @@
 #include "engine_driver/batch_check.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -101,14 +102,7 @@ ValueCheck finite_values(const std::string& name, const torch::Tensor& values) {
           "NaN * 0 is NaN", values};
 }
 
-}  // namespace
-
-EngineryError nested_tensor_refused(const std::string& name) {
-  return EngineryError("is a nested (jagged) tensor", field(name),
-                       "a padded [rows, tokens] tensor (verl's jagged batches go through enginery.verl)");
-}
-
-void check_batch(const Batch& batch, const torch::Device& device, const BatchLimits& limits, bool needs_targets) {
+void check_padded(const Batch& batch, const torch::Device& device, const BatchLimits& limits, bool needs_targets) {
   const char* layout = "input_ids [rows >= 1, tokens >= 1] and attention_mask of its shape (host_api/batch.h)";
   if (batch.tensors().empty()) throw EngineryError("holds no tensor", "batch", layout);
   if (!batch.has("input_ids")) throw EngineryError("is missing", field("input_ids"), layout);
@@ -140,6 +134,12 @@ void check_batch(const Batch& batch, const torch::Device& device, const BatchLim
   std::vector<ValueCheck> checks;
   checks.push_back(token_ids(ids, limits.vocab_size));
   checks.push_back(mask_values("attention_mask", attention));
+  // A row of padding only would be a sequence of no token once packed ([Note: packed batch]).
+  torch::Tensor empty = torch::zeros_like(attention, attention.options().dtype(torch::kBool));
+  empty.narrow(1, 0, 1).copy_(attention.eq(0).all(1, /*keepdim=*/true));
+  checks.push_back({"attention_mask", empty,
+                    [](int64_t, const std::string&) { return std::string("has no real token (every entry is 0)"); },
+                    "one or more real tokens per row", attention});
   if (batch.has("loss_mask")) {
     const torch::Tensor& loss_mask = batch.at("loss_mask");
     checks.push_back(mask_values("loss_mask", loss_mask));
@@ -164,6 +164,127 @@ void check_batch(const Batch& batch, const torch::Device& device, const BatchLim
                           c.allowed);
     }
   }
+}
+
+// The packed form ([Note: packed batch], host_api/batch.h). Entries are named by sequence and token.
+void check_packed(const Batch& batch, const torch::Device& device, const BatchLimits& limits, bool needs_targets) {
+  const char* layout = "cu_seqlens [sequences + 1] and input_ids [tokens] (host_api/batch.h, packed batch)";
+  for (const auto& [name, t] : batch.tensors()) check_placement(name, t, device);
+  if (!batch.has("input_ids")) throw EngineryError("is missing", field("input_ids"), layout);
+  const torch::Tensor& cu = batch.at("cu_seqlens");
+  const torch::Tensor& ids = batch.at("input_ids");
+  if (cu.dim() != 1 || (cu.scalar_type() != torch::kLong && cu.scalar_type() != torch::kInt)) {
+    throw EngineryError("has shape " + shape_of(cu) + " and dtype " + dtype_of(cu), field("cu_seqlens"),
+                        "a 1-D torch.int64 or torch.int32 tensor: 0, then each sequence's end");
+  }
+  if (ids.dim() != 1) throw EngineryError("has shape " + shape_of(ids), field("input_ids"), "[tokens], 1-D");
+  const auto ends_host = cu.to(torch::kCPU).to(torch::kLong).contiguous();
+  const std::vector<int64_t> ends(ends_host.data_ptr<int64_t>(), ends_host.data_ptr<int64_t>() + ends_host.numel());
+  if (ends.size() < 2 || ends.front() != 0 || ends.back() != ids.size(0)) {
+    throw EngineryError("is " + shape_of(ends_host) + " ending at " + (ends.empty() ? "-" : std::to_string(ends.back())) +
+                            " for " + std::to_string(ids.size(0)) + " tokens",
+                        field("cu_seqlens"), "0, then each sequence's end, the last = input_ids' length (>= 1 sequence)");
+  }
+  for (size_t s = 1; s < ends.size(); ++s) {
+    if (ends[s] <= ends[s - 1]) {
+      throw EngineryError("sequence " + std::to_string(s - 1) + " has " + std::to_string(ends[s] - ends[s - 1]) +
+                              " tokens", field("cu_seqlens"), "one or more tokens per sequence (increasing ends)");
+    }
+  }
+  const int64_t tokens = ids.size(0), sequences = static_cast<int64_t>(ends.size()) - 1;
+  if (ids.scalar_type() != torch::kLong && ids.scalar_type() != torch::kInt) {
+    throw EngineryError("has dtype " + dtype_of(ids), field("input_ids"), kTokenIdDtypes);
+  }
+  if (batch.has("attention_mask")) {
+    throw EngineryError("is given with cu_seqlens", field("attention_mask"),
+                        "no attention_mask in a packed batch: it has no padding, cu_seqlens says where sequences end");
+  }
+  if (needs_targets && !batch.has("loss_mask")) {
+    throw EngineryError("is missing, and a loss function counts its targets", field("loss_mask"),
+                        "loss_mask per token (1 at each target token) or per sequence");
+  }
+  for (const auto& [name, t] : batch.tensors()) {
+    if (name != "cu_seqlens" && (t.size(0) != tokens && t.size(0) != sequences)) {
+      throw EngineryError("has shape " + shape_of(t) + " in a batch of " + std::to_string(sequences) +
+                              " sequences and " + std::to_string(tokens) + " tokens",
+                          field(name), "dim 0 of " + std::to_string(tokens) + " (per token) or " +
+                                           std::to_string(sequences) + " (per sequence)");
+    }
+  }
+  if (batch.has("position_ids")) {
+    const torch::Tensor& positions = batch.at("position_ids");
+    if (positions.sizes() != ids.sizes()) {
+      throw EngineryError("has shape " + shape_of(positions) + ", input_ids " + shape_of(ids), field("position_ids"),
+                          "one id per token: input_ids' shape");
+    }
+    if (positions.scalar_type() != torch::kLong && positions.scalar_type() != torch::kInt) {
+      throw EngineryError("has dtype " + dtype_of(positions), field("position_ids"), kTokenIdDtypes);
+    }
+  }
+
+  // Flat [tokens] or [sequences, ...] verdicts, read from the device once; only a refused batch reads more.
+  struct Flat {
+    std::string name;
+    torch::Tensor bad;  // bool, dim 0 tokens or sequences
+    std::string what, allowed;
+  };
+  std::vector<Flat> checks;
+  torch::Tensor bad_ids = ids.lt(0);
+  if (limits.vocab_size > 0) bad_ids = bad_ids.logical_or(ids.ge(limits.vocab_size));
+  checks.push_back({"input_ids", bad_ids,
+                    limits.vocab_size > 0 ? "outside the model's vocabulary of " + std::to_string(limits.vocab_size) +
+                                                " tokens" : "negative",
+                    limits.vocab_size > 0 ? "token ids 0.." + std::to_string(limits.vocab_size - 1) : "token ids >= 0"});
+  if (batch.has("loss_mask")) {
+    const torch::Tensor& mask = batch.at("loss_mask");
+    checks.push_back({"loss_mask", mask.ne(0).logical_and(mask.ne(1)), "not 0 or 1", kMaskValues});
+    if (mask.dim() == 1 && mask.size(0) == tokens) {
+      // Nothing predicts a sequence's first token: a target there has no log-prob, yet would be counted.
+      auto first = torch::zeros({tokens}, torch::kBool);
+      for (size_t s = 0; s + 1 < ends.size(); ++s) first[ends[s]] = true;
+      checks.push_back({"loss_mask", mask.ne(0).logical_and(first.to(mask.device())),
+                        "a target, but it is its sequence's first token (nothing predicts it)",
+                        "0 at each sequence's first token"});
+    }
+  }
+  for (const char* name : kLossInputs) {
+    if (batch.has(name) && batch.at(name).is_floating_point()) {
+      checks.push_back({name, batch.at(name).isfinite().logical_not(), "not finite",
+                        "finite numbers at every token, masked ones included (NaN * 0 is NaN)"});
+    }
+  }
+  std::vector<torch::Tensor> any;
+  for (const Flat& c : checks) any.push_back(c.bad.any().to(ids.device()));
+  const torch::Tensor verdicts = torch::stack(any).to(torch::kCPU);
+  for (size_t k = 0; k < checks.size(); ++k) {
+    if (!verdicts[static_cast<int64_t>(k)].item<bool>()) continue;
+    const Flat& c = checks[k];
+    const int64_t row = c.bad.reshape({c.bad.size(0), -1}).any(1).nonzero()[0].item<int64_t>();
+    const torch::Tensor& values = batch.at(c.name);
+    if (c.bad.size(0) == tokens && tokens != sequences) {  // per token: name the sequence and its token
+      const int64_t s = static_cast<int64_t>(std::upper_bound(ends.begin(), ends.end(), row) - ends.begin()) - 1;
+      throw EngineryError("token " + std::to_string(row - ends[s]) + " is " +
+                              entry_text(values.reshape({tokens, -1}), row, 0) + ": " + c.what,
+                          field(c.name) + " sequence " + std::to_string(s), c.allowed);
+    }
+    throw EngineryError("holds a value " + c.what, field(c.name) + " sequence " + std::to_string(row), c.allowed);
+  }
+}
+
+}  // namespace
+
+void check_batch(const Batch& batch, const torch::Device& device, const BatchLimits& limits, bool needs_targets) {
+  if (batch.tensors().empty()) throw EngineryError("holds no tensor", "batch", "host_api/batch.h's layout");
+  if (batch.packed()) {
+    check_packed(batch, device, limits, needs_targets);
+  } else {
+    check_padded(batch, device, limits, needs_targets);
+  }
+}
+
+EngineryError nested_tensor_refused(const std::string& name) {
+  return EngineryError("is a nested (jagged) tensor", field(name),
+                       "a padded [rows, tokens] tensor (verl's jagged batches go through enginery.verl)");
 }
 
 }  // namespace enginery

@@ -80,6 +80,12 @@ MicroBatchPlan plan_by_tokens(const std::vector<int64_t>& valid_tokens, int64_t 
 std::vector<int64_t> valid_tokens_per_row(const Batch& batch) {
   const int64_t rows = batch.size();
   std::vector<int64_t> tokens(static_cast<size_t>(rows));
+  if (batch.packed()) {
+    const auto ends = batch.at("cu_seqlens").to(torch::kCPU).to(torch::kLong).contiguous();
+    const int64_t* e = ends.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) tokens[static_cast<size_t>(r)] = e[r + 1] - e[r];
+    return tokens;
+  }
   if (!batch.has("attention_mask")) {
     const int64_t length = batch.at("input_ids").size(1);
     std::fill(tokens.begin(), tokens.end(), length);

@@ -27,7 +27,7 @@ MicroBatchPlan plan_by_rows(int64_t rows, int64_t rows_per_micro_batch);
 int64_t min_micro_batches(const std::vector<int64_t>& valid_tokens, int64_t budget);
 MicroBatchPlan plan_by_tokens(const std::vector<int64_t>& valid_tokens, int64_t budget, int64_t count);
 
-// Valid tokens of each row: attention_mask.sum(1), or the row length without a mask.
+// Valid tokens of each row: a packed batch's sequence lengths, attention_mask.sum(1), or the row length.
 std::vector<int64_t> valid_tokens_per_row(const Batch& batch);
 
 }  // namespace enginery

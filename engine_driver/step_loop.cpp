@@ -8,16 +8,15 @@
 #include "engine_driver/engine_access.h"
 #include "engine_driver/micro_batch_plan.h"
 #include "engine_driver/mode_guard.h"
+#include "engine_driver/padded_edge.h"
 #include "host_api/error.h"
 
 namespace enginery {
 namespace {
 
-// Target tokens of a batch: loss_mask[:, 1:] (position 0 is never a target, batch.h).
+// Target tokens of a packed batch: loss_mask's ones ([Note: packed batch]).
 double count_target_tokens(const Batch& batch) {
-  if (!batch.has("loss_mask")) return 0.0;
-  const auto& m = batch.at("loss_mask");
-  return m.size(1) > 1 ? m.narrow(1, 1, m.size(1) - 1).sum().item<double>() : 0.0;
+  return batch.has("loss_mask") ? batch.at("loss_mask").sum().item<double>() : 0.0;
 }
 
 bool wants_entropy(const Batch& batch) {
@@ -29,23 +28,6 @@ bool wants_entropy(const Batch& batch) {
 
 // Adds `value` into `into` (which may be undefined).
 void accumulate(torch::Tensor& into, const torch::Tensor& value) { into = into.defined() ? into + value : value; }
-
-bool consecutive(const std::vector<int64_t>& rows) {
-  for (size_t i = 1; i < rows.size(); ++i) {
-    if (rows[i] != rows[i - 1] + 1) return false;
-  }
-  return true;
-}
-
-// The rows of `batch` a micro-batch takes: a view where they are consecutive (fixed micro-batches), else a copy.
-Batch select_rows(const Batch& batch, const std::vector<int64_t>& rows) {
-  if (consecutive(rows)) return batch.slice(rows.front(), rows.back() + 1);
-  Batch out;
-  const auto index = torch::tensor(rows, torch::kLong);
-  for (const auto& [name, t] : batch.tensors()) out.set(name, t.index_select(0, index.to(t.device())));
-  for (const auto& [name, value] : batch.all_meta()) out.set_meta(name, value);
-  return out;
-}
 
 // A micro-batch that adds nothing: the batch's first row with no target token, so the loss contract (a sum over
 // target tokens) makes its loss and every gradient zero. It runs only so that this rank's collectives pair up with
@@ -67,13 +49,24 @@ LossResult filler_loss(const ModelOutput& output, const Batch&, const LossContex
   return LossResult{zero, {}};
 }
 
-// Outputs concatenated in run order, put back in the batch's row order.
-torch::Tensor in_batch_order(const torch::Tensor& run_order, const std::vector<int64_t>& rows) {
+// Per-token outputs concatenated in run order (the rows `rows`), put back in the batch's order of sequences.
+torch::Tensor in_batch_order(const torch::Tensor& run_order, const std::vector<int64_t>& rows,
+                             const std::vector<int64_t>& lengths) {
   bool identity = true;
   for (size_t i = 0; i < rows.size() && identity; ++i) identity = rows[i] == static_cast<int64_t>(i);
   if (identity) return run_order;
-  const auto index = torch::tensor(rows, torch::kLong).to(run_order.device());
-  return torch::empty_like(run_order).index_copy_(0, index, run_order);
+  std::vector<int64_t> start(lengths.size());
+  int64_t at = 0;
+  for (int64_t r : rows) {
+    start[static_cast<size_t>(r)] = at;
+    at += lengths[static_cast<size_t>(r)];
+  }
+  std::vector<int64_t> index;
+  index.reserve(static_cast<size_t>(at));
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    for (int64_t t = 0; t < lengths[r]; ++t) index.push_back(start[r] + t);
+  }
+  return run_order.index_select(0, torch::tensor(index, torch::kLong).to(run_order.device()));
 }
 
 // All-reduces a small fp64 host tensor over the engine's group (on the group's device: NCCL needs CUDA tensors) and
@@ -129,18 +122,20 @@ std::optional<EngineryError> refusal_of(const BaseEngine& e, const Batch& batch,
     return error;
   } catch (const std::exception& error) {
     return EngineryError(std::string("could not be checked: ") + error.what(), "batch",
-                         "padded tensors as host_api/batch.h describes them");
+                         "tensors as host_api/batch.h describes them");
   }
   return std::nullopt;
 }
 
-// [Note: engines get int64 token ids] check_batch accepts int32 input_ids and position_ids, as torch's embedding
-// does; the models index with them (gather, rotary tables), which takes int64, so the loop hands engines int64.
+// [Note: engines get int64 token ids] check_batch accepts int32 input_ids, position_ids and cu_seqlens, as
+// torch's embedding and verl do; the models index with them (gather, rotary tables), which takes int64, so the loop
+// hands engines int64, and cu_seqlens on the host, where it is read (Batch::to leaves it there).
 Batch with_int64_ids(const Batch& batch) {
   Batch out = batch;
   for (const char* name : {"input_ids", "position_ids"}) {
     if (out.has(name) && out.at(name).scalar_type() != torch::kLong) out.set(name, out.at(name).to(torch::kLong));
   }
+  if (out.packed()) out.set("cu_seqlens", out.at("cu_seqlens").to(torch::kCPU).to(torch::kLong));
   return out;
 }
 
@@ -216,7 +211,11 @@ BatchOutput forward_backward_batch(BaseEngine& engine, const Batch& given, const
   if (forward_only) no_grad.emplace();
   const bool needs_targets = static_cast<bool>(loss_fn);
   const std::optional<EngineryError> refusal = refusal_of(engine, given, limits, needs_targets);
-  const Batch batch = refusal ? given : with_int64_ids(given);
+  // Engines receive packed batches only; a padded one is packed here and its loss and outputs handed back padded.
+  std::optional<PaddedEdge> edge;
+  if (!refusal && !given.packed()) edge.emplace(with_int64_ids(given));
+  const Batch batch = refusal ? given : edge ? edge->packed() : with_int64_ids(given);
+  const LossFn caller_loss = edge && loss_fn ? edge->padded_loss(loss_fn) : loss_fn;
   const MicroBatchPlan plan = plan_micro_batches(engine, batch, refusal.has_value());
   const int64_t real = static_cast<int64_t>(std::count_if(plan.rows.begin(), plan.rows.end(),
                                                           [](const auto& rows) { return !rows.empty(); }));
@@ -251,8 +250,9 @@ BatchOutput forward_backward_batch(BaseEngine& engine, const Batch& given, const
     ctx.micro_batch_index = static_cast<int64_t>(i);
     const std::vector<int64_t>& rows = plan.rows[i];
     const bool is_filler = rows.empty();
-    MicroBatchResult r = EngineAccess::forward_step(engine, is_filler ? filler(batch) : select_rows(batch, rows),
-                                                    is_filler ? filler_fn : loss_fn, ctx, forward_only);
+    ctx.rows = rows;
+    MicroBatchResult r = EngineAccess::forward_step(engine, is_filler ? filler(batch) : batch.select(rows),
+                                                    is_filler ? filler_fn : caller_loss, ctx, forward_only);
     if (is_filler) continue;  // a filler adds no loss, metric or output
     if (r.loss.defined()) accumulate(out.loss, r.loss.detach());
     for (const auto& [name, t] : {std::pair{"log_probs", r.output.log_probs}, std::pair{"entropy", r.output.entropy},
@@ -264,7 +264,11 @@ BatchOutput forward_backward_batch(BaseEngine& engine, const Batch& given, const
     }
     order.insert(order.end(), rows.begin(), rows.end());
   }
-  for (auto& [name, list] : pieces) out.outputs[name] = in_batch_order(torch::cat(list, 0), order);
+  if (!pieces.empty()) {
+    const std::vector<int64_t> lengths = valid_tokens_per_row(batch);
+    for (auto& [name, list] : pieces) out.outputs[name] = in_batch_order(torch::cat(list, 0), order, lengths);
+  }
+  if (edge) out.outputs = edge->padded_outputs(out.outputs);
   return out;
 }
 

@@ -47,7 +47,7 @@ class Batch {
   Batch slice(int64_t begin, int64_t end) const;
   Batch select(const std::vector<int64_t>& rows) const;
   std::vector<Batch> split(int64_t rows_per_part) const;  // consecutive parts, the last may be smaller
-  Batch to(const torch::Device& device) const;
+  Batch to(const torch::Device& device) const;  // cu_seqlens stays where it is (engines read it on the host)
 
  private:
   std::map<std::string, torch::Tensor> tensors_;
