@@ -3,6 +3,7 @@
 #include <atomic>
 #include <charconv>
 #include <string>
+#include <vector>
 
 #include "host_api/error.h"
 #include "plugin/fsdp/fsdp_module.h"
@@ -54,16 +55,22 @@ torch::Tensor UlyssesGroup::all_gather(const torch::Tensor& in) const {
   return out;
 }
 
-void check_groups_share_micro_batch(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+void check_groups_share_micro_batch(const torch::Tensor& input_ids, const torch::Tensor& layout,
                                     const Collectives& world, int64_t size, const std::string& key) {
-  // Sums weighted by the column catch a row or token moved as well as a changed one; exact in fp64 for any batch
-  // whose ids * columns stay below 2^53.
+  // Per tensor its shape, sum and sum weighted by the flat position: a sequence or token moved shows as well as a
+  // changed one; exact in fp64 for any batch whose ids * tokens stay below 2^53.
   torch::NoGradGuard no_grad;
-  const auto ids = input_ids.to(torch::kDouble), mask = attention_mask.to(torch::kDouble);
-  const auto column = torch::arange(1, ids.size(1) + 1, ids.options());
-  auto mine = torch::stack({torch::scalar_tensor(static_cast<double>(ids.size(0)), ids.options()),
-                            torch::scalar_tensor(static_cast<double>(ids.size(1)), ids.options()), ids.sum(),
-                            (ids * column).sum(), mask.sum(), (mask * column).sum()});
+  const auto options = torch::TensorOptions().dtype(torch::kDouble).device(input_ids.device());
+  std::vector<torch::Tensor> parts;
+  for (const torch::Tensor& t : {input_ids, layout}) {
+    const auto flat = t.reshape({-1}).to(options);
+    const auto position = torch::arange(1, flat.numel() + 1, options);
+    parts.push_back(torch::tensor({static_cast<double>(t.dim()), static_cast<double>(t.dim() > 0 ? t.size(0) : 1),
+                                   static_cast<double>(t.dim() > 1 ? t.size(1) : 1)},
+                                  options));
+    parts.push_back(torch::stack({flat.sum(), (flat * position).sum()}));
+  }
+  const auto mine = torch::cat(parts);
   auto all = torch::empty({world.size() * mine.numel()}, mine.options());
   world.all_gather_into(all, mine);
   const auto table = all.view({world.size(), mine.numel()}).cpu();

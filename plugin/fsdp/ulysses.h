@@ -35,10 +35,10 @@ class ENGINERY_FSDP_API UlyssesGroup : public models::SequenceParallelGroup {
 };
 
 // Throws EngineryError on every rank (all of them take part: one all-gather over `world`) when the ranks of any
-// sequence group of size `size` hold different micro-batches (their shape, token ids and attention mask, by
-// checksum): each rank would train its slice of another sequence. The ranks of a group must get the same rows, their
-// data-parallel rank's.
-ENGINERY_FSDP_API void check_groups_share_micro_batch(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+// sequence group of size `size` hold different micro-batches (by checksum of input_ids and `layout`: cu_seqlens of a
+// packed micro-batch, attention_mask of a padded one): each rank would train its slice of another sequence. The ranks
+// of a group must get the same rows, their data-parallel rank's.
+ENGINERY_FSDP_API void check_groups_share_micro_batch(const torch::Tensor& input_ids, const torch::Tensor& layout,
                                                       const Collectives& world, int64_t size,
                                                       const std::string& key);
 

@@ -3,14 +3,17 @@
 // batch as verl feeds them (the ranks of a sequence group share their data-parallel rank's rows), equal the engine
 // without it in fp32: the global loss, every output row, this rank's gradient shards (the same FSDP layout over the
 // world), the grad norm and the parameters after two steps. Packed micro-batches, fixed and dynamic, and activation
-// checkpointing (its recompute exchanges heads again in backward).
+// checkpointing (its recompute exchanges heads again in backward). A packed input (cu_seqlens) to the model and to
+// the engine's forward_step.
 #include <gtest/gtest.h>
 
 #include "host_api/error.h"
 #include "models/causal_lm.h"
 #include "models/model_args.h"
+#include "models/model_factory.h"
 #include "models/sequence_parallel.h"
 #include "tests/fsdp/ulysses_test_util.h"
+#include "engine_driver/engine_access.h"
 #include "engine_driver/step_loop.h"
 
 namespace enginery {
@@ -71,6 +74,93 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+// A packed input (cu_seqlens, host_api/batch.h's [Note: packed batch]) under Ulysses: the model over the 2 Gloo
+// ranks (sp 2) equals the same model alone (sp 1): outputs, and every gradient summed over the group (each rank's
+// backward keeps its slice's part). An empty sequence, a one-token one, and a token count the group does not divide.
+TEST(Ulysses, PackedInputTwoWayMatchesTheModelAlone) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    fsdp::UlyssesGroup group(std::make_shared<fsdp::Collectives>(ctx.group, ctx.rank, ctx.world_size));
+    const std::vector<std::pair<std::string, std::string>> models{{"builtin:qwen3-tiny", "language_model"},
+                                                                  {"builtin:llama-tiny", "value_model"}};
+    for (const auto& [path, type] : models) {
+      for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{5, 0, 1, 7, 2}, {4, 1, 0, 3}}) {
+        SCOPED_TRACE(path + " " + type + ", " + std::to_string(lengths.size()) + " sequences");
+        torch::manual_seed(3);
+        ModelConfig cfg;
+        cfg.path = path;
+        auto model = models::build_model(cfg, type);
+        std::vector<int64_t> cu{0};
+        for (int64_t len : lengths) cu.push_back(cu.back() + len);
+        const int64_t n = cu.back();
+        models::ModelInputs in;
+        in.input_ids = torch::randint(0, 256, {n}, torch::kLong);
+        in.cu_seqlens = torch::tensor(cu, torch::kLong);
+        in.remove_padding = true;
+        models::HeadOptions head;
+        head.compute_entropy = type == "language_model";
+        const auto weights = torch::arange(n, torch::kFloat).remainder(5).add(1);
+        auto run = [&](const models::SequenceParallelGroup* sp) {
+          model->zero_grad();
+          in.sequence_parallel = sp;
+          auto out = model->forward(in, head, nullptr);
+          auto loss = out.values.defined() ? (out.values * weights).sum()
+                                           : (out.log_probs * weights).sum() + 0.1 * (out.entropy * weights).sum();
+          loss.backward();
+          std::vector<torch::Tensor> grads;
+          for (auto& p : model->parameters()) {
+            grads.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+          }
+          return std::make_pair(out, torch::cat(grads));
+        };
+        const auto [alone, grads_alone] = run(nullptr);
+        const auto [split, grads_split] = run(&group);
+        const std::vector<std::pair<torch::Tensor, torch::Tensor>> outputs{
+            {split.log_probs, alone.log_probs}, {split.entropy, alone.entropy}, {split.values, alone.values}};
+        for (const auto& [got, want] : outputs) {
+          if (!want.defined()) continue;
+          ASSERT_EQ(got.sizes(), (std::vector<int64_t>{n}));
+          EXPECT_LE(max_rel_diff(got, want), 1e-5);
+        }
+        // verl's alignment: nothing at a sequence's last token.
+        if (alone.log_probs.defined()) {
+          for (size_t k = 1; k < cu.size(); ++k) {
+            if (cu[k] > cu[k - 1]) EXPECT_EQ(split.log_probs[cu[k] - 1].item<double>(), 0.0);
+          }
+        }
+        EXPECT_LE(max_rel_diff(all_gather(ctx, grads_split).sum(0), grads_alone), 5e-5);
+      }
+    }
+  });
+}
+
+// The FSDP engine hands a packed micro-batch to the model (cu_seqlens, no attention_mask) and checks that the
+// ranks of a sequence group hold the same one: sp 2 gives the outputs of sp 1, and different rows are refused.
+TEST(Ulysses, EngineTakesAPackedMicroBatchAndChecksTheGroupShareIt) {
+  testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    fsdp::FSDPEngine one(ulysses_args(ctx, "builtin:qwen3-tiny", {"sp 1"}, "fp32", {}));
+    fsdp::FSDPEngine two(ulysses_args(ctx, "builtin:qwen3-tiny", {"sp 2", 2}, "fp32", {}));
+    one.initialize();
+    two.initialize();
+    auto packed = [](uint64_t seed) {
+      torch::manual_seed(seed);
+      Batch b;
+      b.set("input_ids", torch::randint(0, 256, {13}, torch::kLong));
+      b.set("cu_seqlens", torch::tensor({0, 6, 6, 7, 13}, torch::kLong));
+      return b;
+    };
+    LossContext lc;
+    lc.calculate_entropy = true;
+    torch::NoGradGuard no_grad;
+    const auto a = EngineAccess::forward_step(one, packed(5), LossFn(), lc, /*forward_only=*/true).output;
+    const auto b = EngineAccess::forward_step(two, packed(5), LossFn(), lc, /*forward_only=*/true).output;
+    ASSERT_EQ(b.log_probs.sizes(), (std::vector<int64_t>{13}));
+    EXPECT_LE(max_rel_diff(b.log_probs, a.log_probs), 1e-5);
+    EXPECT_LE(max_rel_diff(b.entropy, a.entropy), 1e-5);
+    const std::string error = error_of([&] { EngineAccess::forward_step(two, packed(6 + ctx.rank), LossFn(), lc, true); });
+    EXPECT_NE(error.find("holds different micro-batches on ranks 0 and 1"), std::string::npos) << error;
+  });
 }
 
 TEST(Ulysses, SizeThatDoesNotDivideTheWorldIsRefusedByName) {

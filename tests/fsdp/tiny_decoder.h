@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/decoder_model.h"
+#include "models/packed_sequences.h"
 
 namespace enginery {
 namespace fsdp_test {
@@ -93,6 +94,13 @@ class TinyDecoder : public models::DecoderModel {
 
   ModelOutput forward(const models::ModelInputs& in, const models::HeadOptions& opts,
                       models::UnitHooks* hooks) override {
+    if (in.cu_seqlens.defined()) {  // packed: computed padded, outputs in verl's alignment (models/packed_sequences.h)
+      const auto packed = models::pack_sequences(in.input_ids, in.cu_seqlens, in.position_ids);
+      models::ModelInputs padded;
+      padded.input_ids = models::to_padded(packed.input_ids[0], packed);
+      padded.attention_mask = models::to_padded(torch::ones({packed.tokens()}, padded.input_ids.options()), packed);
+      return models::outputs_from_padded(forward(padded, opts, hooks), packed);
+    }
     const int64_t T = in.input_ids.size(1);
     const auto bool_opts = in.input_ids.options().dtype(torch::kBool);
     auto causal = torch::ones({T, T}, bool_opts).tril();
