@@ -1,6 +1,6 @@
 """enginery.verl against the contract of verl's engines (verl/workers/engine/base.py and its FSDP engine), on CPU
-with the built-in tiny Qwen2: verl's constructor and method set, its no-padding batch (lists of tensors here;
-jagged nested tensors too where torch has them), loss_function(model_output=, data=, dp_group=), the result
+with the built-in tiny Qwen2: verl's constructor and method set, its no-padding batch (jagged nested tensors, handed
+to the engine as views), loss_function(model_output=, data=, dp_group=), the result
 {"model_output", "loss": [per micro-batch], "metrics": {name: [per micro-batch]}}, and the same numbers as the
 engine driven directly (enginery.new_engine) on the equivalent padded batch."""
 import math
@@ -9,7 +9,6 @@ import enginery
 import pytest
 import torch
 from enginery import verl as enginery_verl
-from enginery.verl import layout
 
 import common
 import verl_common
@@ -36,11 +35,9 @@ def close(a, b):
     return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-7)
 
 
-@pytest.mark.parametrize("jagged", [False, pytest.param(True, marks=pytest.mark.skipif(
-    not layout.has_jagged(), reason="torch.nested has no jagged layout before 2.1"))])
-def test_log_probs_are_the_engines_in_verls_layout_and_order(jagged):
+def test_log_probs_are_the_engines_in_verls_layout_and_order():
     prompts, responses = verl_common.sequences()
-    data = verl_common.verl_batch(prompts, responses, jagged=jagged)
+    data = verl_common.verl_batch(prompts, responses)
     data["calculate_entropy"] = True
     engine = adapter()
     with engine.eval_mode():
@@ -51,8 +48,8 @@ def test_log_probs_are_the_engines_in_verls_layout_and_order(jagged):
     plain = direct().infer_batch({**verl_common.plain_batch(prompts, responses), "calculate_entropy": True})
     for name in ("log_probs", "entropy"):
         got = out["model_output"][name]
-        if jagged:
-            assert got.is_nested and got.layout == torch.jagged
+        assert got.is_nested and got.layout == torch.jagged
+        assert got.offsets() is data["input_ids"].offsets()  # views on verl's offsets: its ragged dimension
         want = plain["model_output"][name]
         for r, row in enumerate(verl_common.rows_of(got)):
             n = prompts[r].shape[0] + responses[r].shape[0]
@@ -229,7 +226,13 @@ def _rows_changed(key, row, change):
     def apply(data):
         rows = list(verl_common.rows_of(data[key]))
         rows[row] = change(rows[row])
-        return {**data, key: rows}
+        return {**data, key: verl_common.nested(rows)}
+    return apply
+
+
+def _all_rows(key, change):
+    def apply(data):
+        return {**data, key: verl_common.nested(change(r) for r in verl_common.rows_of(data[key]))}
     return apply
 
 
@@ -245,12 +248,12 @@ def _sft_layout_with_short_row(data):
     """verl's SFT layout: loss_mask jagged like input_ids; its row 1 one entry short."""
     masks = [torch.ones(t.shape[0]) for t in verl_common.rows_of(data["input_ids"])]
     masks[1] = masks[1][1:]
-    return {**data, "loss_mask": masks}
+    return {**data, "loss_mask": verl_common.nested(masks)}
 
 
 def _nested_positions_of_other_lengths(data):
-    positions = [torch.arange(t.shape[0] + (1 if i == 3 else 0)) for i, t in enumerate(data["input_ids"])]
-    return {**data, "position_ids": torch.nested.as_nested_tensor(positions, layout=torch.jagged)}
+    positions = [torch.arange(t.shape[0] + (1 if i == 3 else 0)) for i, t in enumerate(data["input_ids"].unbind())]
+    return {**data, "position_ids": verl_common.nested(positions)}
 
 
 # The rows of verl_common.sequences(): 9, 8, 9 and 9 tokens, responses of 6, 3, 7 and 5 (loss_mask [4, 7]).
@@ -260,31 +263,33 @@ def _nested_positions_of_other_lengths(data):
     (_rows_changed("position_ids", 2, lambda p: p[:7]),
      "batch['position_ids'] row 2 has 7 entries, input_ids 9 (allowed: one entry per token of input_ids)"),
     (_rows_changed("position_ids", 0, lambda p: torch.arange(11)), "batch['position_ids'] row 0 has 11 entries"),
-    pytest.param(_nested_positions_of_other_lengths, "batch['position_ids'] row 3 has 10 entries, input_ids 9",
-                 marks=pytest.mark.skipif(not layout.has_jagged(), reason="no jagged nested tensors")),
-    (_rows_changed("position_ids", 1, lambda p: p.float()), "batch['position_ids'] row 1 has dtype torch.float32"),
+    (_nested_positions_of_other_lengths, "batch['position_ids'] row 3 has 10 entries, input_ids 9"),
+    (_all_rows("position_ids", lambda p: p.float()), "batch['position_ids'] row 0 has dtype torch.float32"),
     # float ids were cast (12.7 -> 12) and trained; an unsigned 2**64 - 1 was cast to -1 (a bare IndexError)
-    (_rows_changed("input_ids", 1, lambda t: t.float() + 0.7),
-     "batch['input_ids'] row 1 has dtype torch.float32 (allowed: torch.int64, torch.int32)"),
-    (_rows_changed("input_ids", 0, lambda t: torch.full_like(t, 2**64 - 1, dtype=torch.uint64)),
+    (_all_rows("input_ids", lambda t: t.float() + 0.7),
+     "batch['input_ids'] row 0 has dtype torch.float32 (allowed: torch.int64, torch.int32)"),
+    (_all_rows("input_ids", lambda t: torch.full_like(t, 2**64 - 1, dtype=torch.uint64)),
      "batch['input_ids'] row 0 has dtype torch.uint64"),
     # an id past the vocabulary (256): a bare "IndexError: index out of range in self" before
     (_rows_changed("input_ids", 3, lambda t: t.index_fill(0, torch.tensor([4]), 256)),
      "batch['input_ids'] row 3: token 4 is 256, outside the model's vocabulary of 256 tokens (allowed: token ids "
      "0..255)"),
-    # the engine's loss_mask places response token j of row 2 (2 prompt tokens) at token 2 + j
-    (_response_mask_at(2, 3, 0.5), "batch['loss_mask'] row 2: token 5 is 0.5 (allowed: 0 or 1 per token)"),
+    # verl's response mask goes to the engine per sequence: its check names the sequence
+    (_response_mask_at(2, 3, 0.5), "batch['loss_mask'] sequence 2: holds a value not 0 or 1 (allowed: 0 or 1 per "
+     "token)"),
     (lambda d: {**d, "loss_mask": torch.zeros(4, 7)}, "batch['loss_mask']: has no target token"),
     (_sft_layout_with_short_row, "batch['loss_mask'] row 1 has 7 entries, input_ids 8"),
     # verl's per-response-token loss inputs are as wide as the response mask, or jagged like the responses
     (lambda d: {**d, "old_log_probs": torch.zeros(4, 6)},
      "batch['old_log_probs'] has shape [4, 6], loss_mask [4, 7] (allowed: one entry per response token, as "
      "loss_mask)"),
-    (lambda d: {**d, "advantages": [torch.zeros(n) for n in (5, 3, 7, 5)]},
+    (lambda d: {**d, "advantages": verl_common.nested(torch.zeros(n) for n in (5, 3, 7, 5))},
      "batch['advantages'] row 0 has 5 entries, the responses 6"),
-    # an empty batch and tensors without values: vague errors before
-    (lambda d: {**d, "input_ids": [], "position_ids": [], "responses": []}, "batch['input_ids'] has no rows"),
-    (lambda d: {**d, "input_ids": [t.to("meta") for t in d["input_ids"]]}, "batch['input_ids'] is on the meta device"),
+    # rows that are not a jagged tensor, an empty row and tensors without values: vague errors before
+    (lambda d: {**d, "input_ids": list(d["input_ids"].unbind())}, "batch['input_ids'] is a list (allowed: a jagged "
+     "nested tensor (verl's no-padding layout) or a padded tensor)"),
+    (_rows_changed("input_ids", 2, lambda t: t[:0]), "batch['input_ids'] row 2 has shape [0]"),
+    (lambda d: {**d, "input_ids": d["input_ids"].to("meta")}, "batch['input_ids'] is on the meta device"),
 ])
 def test_a_bad_verl_batch_is_refused_by_field_and_row_before_any_work(change, message):
     """verl's batch is checked at least as strictly as verl's engine checks it, each refusal naming the field and

@@ -15,13 +15,11 @@ import torch
 import torch.distributed as dist
 
 from enginery import verl as enginery_verl
-from enginery.verl import layout
 
 import common
 import verl_common
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or not layout.has_jagged(),
-                                reason="needs CUDA and torch.nested's jagged layout (PyTorch 2.1+)")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 MODEL = os.environ.get("ENGINERY_VERL_MODEL", "builtin:qwen2-tiny")
 
 

@@ -2,8 +2,6 @@
 layout, not copied), and losses written as verl writes its own (token sums over batch_num_tokens, times dp_size)."""
 import torch
 
-from enginery.verl import layout
-
 
 def sequences(rows=4, prompt=(3, 5, 2, 4), response=(6, 3, 7, 5)):
     """Prompts and responses of different lengths (integer formula, as common.parity_batch)."""
@@ -12,8 +10,12 @@ def sequences(rows=4, prompt=(3, 5, 2, 4), response=(6, 3, 7, 5)):
     return prompts, responses
 
 
-def verl_batch(prompts, responses, jagged=False, response_mask=None):
-    """input_ids / position_ids / responses as jagged rows (nested tensors when `jagged`, else lists), loss_mask the
+def nested(rows):
+    return torch.nested.as_nested_tensor(list(rows), layout=torch.jagged)
+
+
+def verl_batch(prompts, responses, response_mask=None):
+    """input_ids / position_ids / responses as jagged nested tensors (verl's no-padding layout), loss_mask the
     response mask padded to the longest response, attention_mask [rows, P + R] (prompt left-, response
     right-padded) as verl keeps it."""
     rows = len(prompts)
@@ -30,9 +32,8 @@ def verl_batch(prompts, responses, jagged=False, response_mask=None):
     data = {"input_ids": ids, "position_ids": pos, "responses": list(responses), "attention_mask": attention,
             "loss_mask": mask, "response_mask": mask, "temperature": 1.0, "calculate_entropy": False,
             "micro_batch_size_per_gpu": 2, "use_dynamic_bsz": False, "global_batch_size": rows}
-    if jagged:
-        for key in ("input_ids", "position_ids", "responses"):
-            data[key] = torch.nested.as_nested_tensor(data[key], layout=torch.jagged)
+    for key in ("input_ids", "position_ids", "responses"):
+        data[key] = nested(data[key])
     return data
 
 
@@ -40,7 +41,7 @@ def plain_batch(prompts, responses):
     """The same sequences as the engine's own right-padded batch (batch.h): targets at the response tokens."""
     ids = [torch.cat([p, r]) for p, r in zip(prompts, responses)]
     width = max(t.shape[0] for t in ids)
-    batch = {"input_ids": layout.pad_rows(ids, width), "attention_mask": torch.zeros(len(ids), width, dtype=torch.long),
+    batch = {"input_ids": torch.stack([torch.cat([t, t.new_zeros(width - t.shape[0])]) for t in ids]), "attention_mask": torch.zeros(len(ids), width, dtype=torch.long),
              "loss_mask": torch.zeros(len(ids), width)}
     for i, (p, t) in enumerate(zip(prompts, ids)):
         batch["attention_mask"][i, : t.shape[0]] = 1

@@ -605,17 +605,9 @@ def _micro_batch(data, rows, size, device, **metadata):
         tu.assign_non_tensor(micro, **metadata)
         return micro
     micro = layout.select_rows(data, rows, size)
-    micro = {key: _to(value, device) for key, value in micro.items()}
+    micro = {key: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for key, v in micro.items()}
     micro.update(metadata)
     return micro
-
-
-def _to(value, device):
-    if isinstance(value, torch.Tensor):
-        return value.to(device, non_blocking=True)
-    if layout.is_sequence_list(value):
-        return [t.to(device, non_blocking=True) for t in value]
-    return value
 
 
 def _append_metrics(into, metrics):
@@ -632,14 +624,13 @@ def _append_metrics(into, metrics):
 
 
 class _Call:
-    """One forward_backward_batch: the engine's batch, the loss function as the engine calls it, and verl's result
-    put together from what each micro-batch's loss saw."""
+    """One forward_backward_batch: the engine's batch (views of verl's), the loss function as the engine calls it,
+    and verl's result put together from what each micro-batch's loss saw."""
 
     def __init__(self, owner, data, loss_function, forward_only):
         calculate_entropy = _check_metadata(data)
         temperature = _temperature(data)
-        pad_token_id = layout.get(data, "pad_token_id", 0)
-        self.batch, self.layout = layout.to_engine_batch(data, pad_token_id if isinstance(pad_token_id, int) else 0)
+        self.batch, self.shape = layout.to_engine_batch(data)
         self.batch["calculate_entropy"] = calculate_entropy
         if isinstance(temperature, bool) or temperature != 1:
             self.batch["temperature"] = temperature
@@ -650,11 +641,9 @@ class _Call:
             if value is not None:
                 self.batch[key] = int(value) if isinstance(value, torch.Tensor) else value
         # verl's engine drops a training call's model outputs unless the caller asks for them (its Tinker worker
-        # does): they are full-length per-token tensors. Here they are not converted to verl's layout nor returned;
-        # the engine's own loop still gathers them (a contract change: host_api 3.0's).
+        # does): they are full-length per-token tensors, not returned here either.
         self.keep_outputs = forward_only or bool(layout.get(data, "return_model_output", False))
         self.data = data
-        self.size = self.batch[layout.ROW_KEY].shape[0]
         self.loss_function = loss_function
         self.owner = owner
         self.losses = []
@@ -662,18 +651,17 @@ class _Call:
 
     def engine_loss(self, model_output, micro, ctx):
         """The engine's loss callback: verl's loss_function(model_output=, data=, dp_group=) on verl's rows of this
-        micro-batch (moved to the engine's device), its outputs in verl's layout. verl's losses multiply by
-        dp_size because FSDP averages gradients over ranks; enginery sums them (docs/ARCHITECTURE.md, "One step"),
-        so the loss handed back for backward is divided by dp_size. The value reported is the loss function's
-        own."""
+        micro-batch (ctx.rows, moved to the engine's device), its outputs nested on the micro-batch's own offsets.
+        verl's losses multiply by dp_size because FSDP averages gradients over ranks; enginery sums them
+        (docs/ARCHITECTURE.md, "One step"), so the loss handed back for backward is divided by dp_size. The value
+        reported is the loss function's own."""
         # The engine's loop never hands a filler to the loss (docs/ARCHITECTURE.md, "One step"): these are rows of
         # verl's batch. The losses are read back once per call, in result().
-        rows = micro[layout.ROW_KEY].tolist()
-        sub = self.layout.subset(rows)
-        verl_output = {name: sub.output(name, value) for name, value in model_output.items()}
+        offsets = micro.get("cu_seqlens")
+        verl_output = {name: self.shape.output(value, name, offsets) for name, value in model_output.items()}
         device = next(iter(model_output.values())).device
-        verl_data = _micro_batch(self.data, rows, self.size, device, batch_num_tokens=ctx.global_num_tokens,
-                                 dp_size=ctx.dp_size)
+        verl_data = _micro_batch(self.data, ctx.rows, self.shape.rows, device,
+                                 batch_num_tokens=ctx.global_num_tokens, dp_size=ctx.dp_size)
         returned = self.loss_function(model_output=verl_output, data=verl_data,
                                       dp_group=self.owner.get_data_parallel_group())
         loss, metrics = returned if isinstance(returned, tuple) else (returned, {})
@@ -685,7 +673,7 @@ class _Call:
         return loss / ctx.dp_size
 
     def result(self, out):
-        model_output = ({name: self.layout.output(name, value) for name, value in out["model_output"].items()}
+        model_output = ({name: self.shape.output(value, name) for name, value in out["model_output"].items()}
                         if self.keep_outputs else {})
         losses = torch.stack(self.losses).tolist() if self.losses else []
         return {"model_output": model_output, "loss": losses, "metrics": self.metrics}
