@@ -113,6 +113,33 @@ def test_per_call_micro_batching_is_honoured():
         engine.infer_batch(bad, verl_common.sft_loss)
 
 
+def test_the_loss_sees_its_micro_batchs_rows_with_outputs_nested_on_their_offsets():
+    """The engine's loop names each micro-batch's rows (ctx.rows; dynamic micro-batches group rows out of order):
+    verl's loss gets those rows of verl's batch and the outputs as nested tensors on their offsets, each row the
+    whole call's outputs for that row."""
+    prompts, responses = verl_common.sequences(prompt=(3, 9, 2, 8), response=(6, 7, 3, 5))  # 9, 16, 5 and 13 tokens
+    engine = adapter()
+    whole = engine.infer_batch(verl_common.verl_batch(prompts, responses))["model_output"]["log_probs"].unbind()
+    data = verl_common.verl_batch(prompts, responses)
+    every_row = data["input_ids"].unbind()
+    data["use_dynamic_bsz"], data["max_token_len_per_gpu"] = True, 18
+    seen = []
+
+    def loss_function(model_output, data, dp_group):
+        log_probs = model_output["log_probs"]
+        assert log_probs.is_nested and log_probs.layout == torch.jagged
+        assert torch.equal(log_probs.offsets(), data["input_ids"].offsets())
+        seen.append([int(n) for n in data["input_ids"].offsets().diff()])
+        for row, ids in zip(log_probs.unbind(), data["input_ids"].unbind()):
+            r = next(i for i, t in enumerate(every_row) if t.shape == ids.shape and torch.equal(t, ids))
+            assert torch.equal(row, whole[r]), r
+        return verl_common.sft_loss(model_output, data, dp_group)
+
+    out = engine.infer_batch(data, loss_function)
+    assert len(out["loss"]) == len(seen) > 1
+    assert sorted(n for lengths in seen for n in lengths) == [5, 9, 13, 16]
+
+
 def test_grpo_step_lowers_the_loss_of_positive_advantages():
     prompts, responses = verl_common.sequences()
     engine = adapter()
