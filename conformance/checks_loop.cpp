@@ -53,7 +53,8 @@ class ReferenceEngine : public BaseEngine {
                                 bool forward_only) override {
     models::ModelInputs inputs;
     inputs.input_ids = micro_batch.at("input_ids");
-    inputs.attention_mask = micro_batch.at("attention_mask");
+    inputs.cu_seqlens = micro_batch.at("cu_seqlens");
+    if (micro_batch.has("position_ids")) inputs.position_ids = micro_batch.at("position_ids");
     models::HeadOptions head;
     head.compute_entropy = ctx.calculate_entropy;
     MicroBatchResult r;
@@ -158,6 +159,34 @@ void check_remove_padding_agrees(const Target& target) {
   }
 }
 
+// The same sequences packed ([Note: packed batch], host_api/batch.h) and padded: one loss, one gradient norm, and
+// the outputs of each token in verl's alignment (log_probs[t] of the padded layout's t + 1, 0 at a sequence's last
+// token; values at t).
+void check_packed_batch_agrees(const Target& target) {
+  EngineSpec spec;
+  auto a = make_engine(target, spec);
+  auto b = make_engine(target, spec);
+  const LossFn loss = token_mean_loss(target);
+  const Batch padded = make_batch(target);
+  const Batch packed = packed_batch(padded);
+  const BatchOutput x = train_batch(*a, padded, loss);
+  const BatchOutput y = train_batch(*b, packed, loss);
+  EXPECT_NEAR(y.loss.item<double>(), x.loss.item<double>(), 1e-5 * std::abs(x.loss.item<double>()) + 1e-7);
+  EXPECT_NEAR(y.grad_norm.item<double>(), x.grad_norm.item<double>(), 1e-5 * x.grad_norm.item<double>());
+  const std::string head = head_name(target);
+  const torch::Tensor padded_out = infer_batch(*a, padded).outputs.at(head).cpu();
+  const torch::Tensor packed_out = infer_batch(*b, packed).outputs.at(head).cpu();
+  const bool shifted = !target.value_model();
+  const auto ends = packed.at("cu_seqlens");
+  ASSERT_EQ(packed_out.size(0), ends[-1].item<int64_t>()) << head << ": one entry per token";
+  for (int64_t r = 0; r < padded.size(); ++r) {
+    const int64_t begin = ends[r].item<int64_t>(), n = ends[r + 1].item<int64_t>() - begin;
+    const torch::Tensor want = shifted ? torch::cat({padded_out[r].narrow(0, 1, n - 1), torch::zeros({1})})
+                                       : padded_out[r].narrow(0, 0, n);
+    EXPECT_LT(max_abs_diff(packed_out.narrow(0, begin, n), want), 1e-4) << head << ", sequence " << r;
+  }
+}
+
 }  // namespace
 
 void add_loop_checks(std::vector<Check>& checks) {
@@ -169,6 +198,10 @@ void add_loop_checks(std::vector<Check>& checks) {
                     "model.use_remove_padding (valid tokens packed, attention per sequence) gives the padded run's "
                     "loss, gradient norm and outputs on right- and left-padded batches",
                     skip_unless_remove_padding, check_remove_padding_agrees});
+  checks.push_back({"packed_batch_agrees",
+                    "a packed batch (cu_seqlens, verl's no-padding layout) gives the padded batch's loss, gradient "
+                    "norm and per-token outputs in verl's alignment",
+                    requires_precisions({"fp32"}), check_packed_batch_agrees});
 }
 
 }  // namespace conformance

@@ -2,7 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "host_api/error.h"
 
@@ -33,6 +36,23 @@ Batch make_batch(const Target& target, int64_t rows, int64_t seq, uint64_t seed)
   return batch.to(torch::Device(target.key.device));
 }
 
+Batch packed_batch(const Batch& padded) {
+  const Batch cpu = padded.to(torch::kCPU);
+  std::vector<int64_t> ends{0};
+  std::map<std::string, std::vector<torch::Tensor>> rows;
+  for (int64_t r = 0; r < cpu.size(); ++r) {
+    const int64_t n = cpu.at("attention_mask")[r].sum().item<int64_t>();
+    for (const auto& [name, t] : cpu.tensors()) {
+      if (name != "attention_mask") rows[name].push_back(t[r].narrow(0, 0, n));
+    }
+    ends.push_back(ends.back() + n);
+  }
+  Batch packed;
+  packed.set("cu_seqlens", torch::tensor(ends, torch::kLong));
+  for (auto& [name, list] : rows) packed.set(name, torch::cat(list).to(padded.at("input_ids").device()));
+  return packed;
+}
+
 const char* head_name(const Target& target) { return target.value_model() ? "values" : "log_probs"; }
 
 const torch::Tensor& head_of(const Target& target, const ModelOutput& output) {
@@ -52,6 +72,7 @@ torch::Tensor token_loss_sum(const Target& target, const torch::Tensor& head, co
     throw EngineryError(std::string("the model output has no ") + head_name(target), "conformance loss");
   }
   auto mask = batch.at("loss_mask").to(head.dtype());
+  if (batch.packed() && !target.value_model()) mask = torch::roll(mask, -1, 0);  // never a sequence's first token
   if (target.value_model()) {
     auto diff = head - batch.at("returns").to(head.dtype());
     return 0.5 * (diff * diff * mask).sum();

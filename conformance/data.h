@@ -21,13 +21,18 @@ constexpr int64_t kTokenLimit = 128;
 // device. The same seed gives the same batch.
 Batch make_batch(const Target& target, int64_t rows = 4, int64_t seq = 16, uint64_t seed = 1234);
 
+// The real tokens of make_batch's right-padded rows as the packed batch engines receive ([Note: packed batch] in
+// host_api/batch.h), written out sequence by sequence; "returns" per token.
+Batch packed_batch(const Batch& padded);
+
 // "log_probs" for language models, "values" for value models.
 const char* head_name(const Target& target);
 const torch::Tensor& head_of(const Target& target, const ModelOutput& output);
 // The head output of a whole batch (micro-batches concatenated), or a failure message when it is missing.
 torch::Tensor head_of(const Target& target, const BatchOutput& output);
 
-// Sum over the target tokens of the per-token loss: -log_prob (SFT) or 0.5 (value - return)^2.
+// Sum over the target tokens of the per-token loss: -log_prob (SFT) or 0.5 (value - return)^2. On a packed batch
+// log_probs[t] is token t + 1's, so it counts where token t + 1 is a target.
 torch::Tensor token_loss_sum(const Target& target, const torch::Tensor& head, const Batch& batch);
 // The contract's loss: token_loss_sum / ctx.global_num_tokens.
 LossFn token_mean_loss(const Target& target);
