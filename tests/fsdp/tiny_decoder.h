@@ -104,7 +104,8 @@ class TinyDecoder : public models::DecoderModel {
     const int64_t T = in.input_ids.size(1);
     const auto bool_opts = in.input_ids.options().dtype(torch::kBool);
     auto causal = torch::ones({T, T}, bool_opts).tril();
-    auto mask = causal.unsqueeze(0) & in.attention_mask.to(torch::kBool).unsqueeze(1);  // [B, T, T]
+    const auto real = in.attention_mask.to(torch::kBool);
+    auto mask = causal.unsqueeze(0) & real.unsqueeze(1);  // [B, T, T]
     mask = mask | torch::eye(T, bool_opts).unsqueeze(0);  // padded rows attend to themselves
     size_t unit = 0;
     if (hooks) hooks->pre_forward(unit);
@@ -126,17 +127,22 @@ class TinyDecoder : public models::DecoderModel {
     if (config_.value_head) {
       auto v = head_->proj(h);
       if (probe) probe(unit, v);
-      out.values = v.squeeze(-1).to(torch::kFloat);
+      out.values = v.squeeze(-1).to(torch::kFloat) * real.to(torch::kFloat);
     } else {
       auto logits = config_.tied ? torch::matmul(h, embed_->weight.t()) : head_->proj(h);
       if (probe) probe(unit, logits);
       auto logp = torch::log_softmax(logits.to(torch::kFloat), -1);  // [B, T, V]
       auto lp = torch::zeros_like(in.input_ids, logp.options());
       auto next = logp.narrow(1, 0, T - 1).gather(-1, in.input_ids.narrow(1, 1, T - 1).unsqueeze(-1)).squeeze(-1);
-      out.log_probs = torch::cat({lp.narrow(1, 0, 1), next}, 1);
+      // As CausalLM: 0 where a token and the one before it are not both real.
+      auto pair = torch::cat({torch::zeros_like(real.narrow(1, 0, 1)),
+                              real.narrow(1, 0, T - 1).logical_and(real.narrow(1, 1, T - 1))},
+                             1)
+                      .to(torch::kFloat);
+      out.log_probs = torch::cat({lp.narrow(1, 0, 1), next}, 1) * pair;
       if (opts.compute_entropy) {
         auto ent = -(logp.exp() * logp).sum(-1).narrow(1, 0, T - 1);
-        out.entropy = torch::cat({lp.narrow(1, 0, 1), ent}, 1);
+        out.entropy = torch::cat({lp.narrow(1, 0, 1), ent}, 1) * pair;
       }
     }
     if (hooks) hooks->post_forward(unit, {out.values.defined() ? out.values : out.log_probs});
