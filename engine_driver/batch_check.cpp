@@ -195,9 +195,10 @@ void check_packed(const Batch& batch, const torch::Device& device, const BatchLi
   if (ids.scalar_type() != torch::kLong && ids.scalar_type() != torch::kInt) {
     throw EngineryError("has dtype " + dtype_of(ids), field("input_ids"), kTokenIdDtypes);
   }
-  if (batch.has("attention_mask")) {
-    throw EngineryError("is given with cu_seqlens", field("attention_mask"),
-                        "no attention_mask in a packed batch: it has no padding, cu_seqlens says where sequences end");
+  if (batch.has("attention_mask") && batch.at("attention_mask").size(0) != static_cast<int64_t>(ends.size()) - 1) {
+    throw EngineryError("is given per token with cu_seqlens", field("attention_mask"),
+                        "none per token in a packed batch (cu_seqlens says where sequences end); a padded one per "
+                        "sequence, as verl's batch keeps, is the loss's");
   }
   if (needs_targets && !batch.has("loss_mask")) {
     throw EngineryError("is missing, and a loss function counts its targets", field("loss_mask"),
@@ -222,52 +223,45 @@ void check_packed(const Batch& batch, const torch::Device& device, const BatchLi
     }
   }
 
-  // Flat [tokens] or [sequences, ...] verdicts, read from the device once; only a refused batch reads more.
-  struct Flat {
-    std::string name;
-    torch::Tensor bad;  // bool, dim 0 tokens or sequences
-    std::string what, allowed;
-  };
-  std::vector<Flat> checks;
-  torch::Tensor bad_ids = ids.lt(0);
-  if (limits.vocab_size > 0) bad_ids = bad_ids.logical_or(ids.ge(limits.vocab_size));
-  checks.push_back({"input_ids", bad_ids,
-                    limits.vocab_size > 0 ? "outside the model's vocabulary of " + std::to_string(limits.vocab_size) +
-                                                " tokens" : "negative",
-                    limits.vocab_size > 0 ? "token ids 0.." + std::to_string(limits.vocab_size - 1) : "token ids >= 0"});
+  // Per-token checks on [tokens], per-sequence ones on [sequences, ...]: one read from the device for all; only a
+  // refused batch reads more, to name the row (sequence) and its token as the padded form's errors do.
+  std::vector<ValueCheck> checks;
+  checks.push_back(token_ids(ids, limits.vocab_size));
   if (batch.has("loss_mask")) {
     const torch::Tensor& mask = batch.at("loss_mask");
-    checks.push_back({"loss_mask", mask.ne(0).logical_and(mask.ne(1)), "not 0 or 1", kMaskValues});
+    checks.push_back(mask_values("loss_mask", mask));
     if (mask.dim() == 1 && mask.size(0) == tokens) {
       // Nothing predicts a sequence's first token: a target there has no log-prob, yet would be counted.
       auto first = torch::zeros({tokens}, torch::kBool);
       for (size_t s = 0; s + 1 < ends.size(); ++s) first[ends[s]] = true;
       checks.push_back({"loss_mask", mask.ne(0).logical_and(first.to(mask.device())),
-                        "a target, but it is its sequence's first token (nothing predicts it)",
-                        "0 at each sequence's first token"});
+                        [](int64_t t, const std::string&) {
+                          return "token " + std::to_string(t) + " is a target, but it is its sequence's first token "
+                                 "(nothing predicts it)";
+                        },
+                        "0 at each sequence's first token", mask});
     }
   }
   for (const char* name : kLossInputs) {
-    if (batch.has(name) && batch.at(name).is_floating_point()) {
-      checks.push_back({name, batch.at(name).isfinite().logical_not(), "not finite",
-                        "finite numbers at every token, masked ones included (NaN * 0 is NaN)"});
-    }
+    if (batch.has(name) && batch.at(name).is_floating_point()) checks.push_back(finite_values(name, batch.at(name)));
   }
   std::vector<torch::Tensor> any;
-  for (const Flat& c : checks) any.push_back(c.bad.any().to(ids.device()));
+  for (const ValueCheck& c : checks) any.push_back(c.bad.any().to(ids.device()));
   const torch::Tensor verdicts = torch::stack(any).to(torch::kCPU);
   for (size_t k = 0; k < checks.size(); ++k) {
     if (!verdicts[static_cast<int64_t>(k)].item<bool>()) continue;
-    const Flat& c = checks[k];
-    const int64_t row = c.bad.reshape({c.bad.size(0), -1}).any(1).nonzero()[0].item<int64_t>();
-    const torch::Tensor& values = batch.at(c.name);
-    if (c.bad.size(0) == tokens && tokens != sequences) {  // per token: name the sequence and its token
-      const int64_t s = static_cast<int64_t>(std::upper_bound(ends.begin(), ends.end(), row) - ends.begin()) - 1;
-      throw EngineryError("token " + std::to_string(row - ends[s]) + " is " +
-                              entry_text(values.reshape({tokens, -1}), row, 0) + ": " + c.what,
-                          field(c.name) + " sequence " + std::to_string(s), c.allowed);
+    const ValueCheck& c = checks[k];
+    const torch::Tensor bad = c.bad.reshape({c.bad.size(0), -1});
+    const torch::Tensor values = c.values.reshape({c.values.size(0), -1});
+    const int64_t first = bad.any(1).nonzero()[0].item<int64_t>();
+    if (c.bad.size(0) == tokens && c.bad.dim() == 1) {  // per token: its sequence and its place there
+      const int64_t s = static_cast<int64_t>(std::upper_bound(ends.begin(), ends.end(), first) - ends.begin()) - 1;
+      throw EngineryError(c.what(first - ends[s], entry_text(values, first, 0)), field(c.name) + " row " +
+                          std::to_string(s), c.allowed);
     }
-    throw EngineryError("holds a value " + c.what, field(c.name) + " sequence " + std::to_string(row), c.allowed);
+    const int64_t t = bad[first].nonzero()[0].item<int64_t>();
+    throw EngineryError(c.what(t, entry_text(values, first, t)), field(c.name) + " row " + std::to_string(first),
+                        c.allowed);
   }
 }
 

@@ -22,6 +22,10 @@ PaddedEdge::PaddedEdge(const Batch& padded) : padded_(padded) {
     mask.index_fill_(0, ends.narrow(0, 0, ends.size(0) - 1).to(mask.device()), 0);
     packed_.set("loss_mask", mask);
   }
+  // The rest (attention_mask, the loss inputs) rides along per sequence, padded, as verl's batch keeps its own.
+  for (const auto& [name, t] : padded.tensors()) {
+    if (!packed_.has(name)) packed_.set(name, t);
+  }
   for (const auto& [name, value] : padded.all_meta()) packed_.set_meta(name, value);
 }
 

@@ -17,7 +17,7 @@ class PaddedEdge {
   explicit PaddedEdge(const Batch& padded);
 
   // input_ids, position_ids (when given), loss_mask (per token; a row's first real token never a target) and
-  // cu_seqlens of the real tokens, plus the metadata. The padded loss inputs stay in the padded batch.
+  // cu_seqlens of the real tokens; the other tensors (attention_mask, loss inputs) per sequence, padded; metadata.
   const Batch& packed() const { return packed_; }
   // The caller's loss, called with the micro-batch's padded rows (LossContext::rows) and padded outputs.
   LossFn padded_loss(LossFn loss) const;

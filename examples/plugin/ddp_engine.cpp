@@ -93,11 +93,7 @@ enginery::MicroBatchResult DdpEngine::forward_step(const Batch& micro_batch, con
   // A packed micro-batch (batch.h's [Note: packed batch]): the tokens back to back, each sequence's end in
   // cu_seqlens; the model returns log-probs in verl's alignment (the next token's, 0 at a sequence's last token).
   inputs.input_ids = micro_batch.at("input_ids").to(device_);
-  if (micro_batch.packed()) {
-    inputs.cu_seqlens = micro_batch.at("cu_seqlens");
-  } else {  // TODO(packed): remove once the loop packs
-    inputs.attention_mask = micro_batch.at("attention_mask").to(device_);
-  }
+  inputs.cu_seqlens = micro_batch.at("cu_seqlens");
   if (micro_batch.has("position_ids")) inputs.position_ids = micro_batch.at("position_ids").to(device_);
   inputs.remove_padding = args_.model.use_remove_padding;
   enginery::models::HeadOptions head;

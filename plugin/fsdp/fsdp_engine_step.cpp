@@ -14,18 +14,12 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
   models::ModelInputs inputs;
   // The packed micro-batch (host_api/batch.h's [Note: packed batch]); cu_seqlens is read on the host.
   inputs.input_ids = micro_batch.at("input_ids").to(device_);
-  if (micro_batch.packed()) {
-    inputs.cu_seqlens = micro_batch.at("cu_seqlens");
-  } else {  // TODO(packed): remove once the loop packs
-    inputs.attention_mask = micro_batch.at("attention_mask").to(device_);
-  }
+  inputs.cu_seqlens = micro_batch.at("cu_seqlens");
   if (micro_batch.has("position_ids")) inputs.position_ids = micro_batch.at("position_ids").to(device_);
   inputs.remove_padding = args_.model.use_remove_padding;
   inputs.sequence_parallel = ulysses_.sequence.get();  // null without Ulysses (ulysses.h)
   if (ulysses_.sequence) {
-    check_groups_share_micro_batch(inputs.input_ids,
-                                   inputs.cu_seqlens.defined() ? inputs.cu_seqlens : inputs.attention_mask,
-                                   world_collectives(), ulysses_size_,
+    check_groups_share_micro_batch(inputs.input_ids, inputs.cu_seqlens, world_collectives(), ulysses_size_,
                                    "engine." + args_.engine.strategy + "." + kUlyssesSize);
   }
   models::HeadOptions head;

@@ -1,7 +1,7 @@
 // The packed batch ([Note: packed batch], host_api/batch.h) through the host's loop over real Gloo ranks: a packed
 // batch trains and infers exactly as the same sequences padded (losses, grad norms, parameters, outputs in verl's
 // alignment), with fixed and dynamic micro-batches (which reorder sequences); Batch cuts per-token and per-sequence
-// tensors apart; the loop refuses a malformed packed batch by field, sequence and token; the padded edge hands
+// tensors apart; the loop refuses a malformed packed batch by field, row (sequence) and token; the padded edge hands
 // outputs back at each token, left padding included.
 #include <gtest/gtest.h>
 
@@ -125,7 +125,7 @@ std::string refusal(const Batch& b, int64_t vocab = 0) {
   return "(accepted)";
 }
 
-TEST(PackedBatch, RefusalsNameTheFieldSequenceAndToken) {
+TEST(PackedBatch, RefusalsNameTheFieldRowAndToken) {
   EXPECT_EQ(refusal(three_sequences(), 16), "(accepted)");
   struct Case {
     std::function<void(Batch&)> spoil;
@@ -135,14 +135,14 @@ TEST(PackedBatch, RefusalsNameTheFieldSequenceAndToken) {
       {[](Batch& b) { b.set("cu_seqlens", torch::tensor({0, 2, 2, 6}, torch::kLong)); },
        "batch['cu_seqlens']: sequence 1 has 0 tokens"},
       {[](Batch& b) { b.set("cu_seqlens", torch::tensor({0, 2, 5}, torch::kLong)); }, "for 6 tokens"},
-      {[](Batch& b) { b.set("attention_mask", torch::ones({6}, torch::kLong)); }, "is given with cu_seqlens"},
+      {[](Batch& b) { b.set("attention_mask", torch::ones({6}, torch::kLong)); }, "is given per token with cu_seqlens"},
       {[](Batch& b) { b.set("loss_mask", torch::tensor({0, 1, 1, 1, 1, 0}, torch::kLong)); },
-       "batch['loss_mask'] sequence 1: token 0 is 1: a target, but it is its sequence's first token"},
+       "batch['loss_mask'] row 1: token 0 is a target, but it is its sequence's first token"},
       {[](Batch& b) { b.set("input_ids", torch::tensor({1, 2, 3, 4, 99, 5}, torch::kLong)); },
-       "batch['input_ids'] sequence 1: token 2 is 99: outside the model's vocabulary of 16 tokens"},
+       "batch['input_ids'] row 1: token 2 is 99, outside the model's vocabulary of 16 tokens"},
       {[](Batch& b) { b.set("advantages", torch::ones({4})); }, "batch['advantages']: has shape [4]"},
       {[](Batch& b) { b.set("advantages", torch::tensor({1.0, 0.0, std::nan("")})); },
-       "batch['advantages'] sequence 2: holds a value not finite"},
+       "batch['advantages'] row 2: token 0 is nan"},
   };
   for (const Case& c : cases) {
     Batch b = three_sequences();

@@ -33,7 +33,7 @@ class ModelEngine : public BaseEngine {
   models::CausalLM& model() { return *model_; }
 
   struct Call {
-    Batch batch;          // the micro-batch as forward_step got it
+    Batch batch;          // the micro-batch as forward_step got it (packed, host_api/batch.h)
     bool forward_only;
   };
   const std::vector<Call>& calls() const { return calls_; }
@@ -68,7 +68,7 @@ class ModelEngine : public BaseEngine {
     calls_.push_back({micro_batch, forward_only});
     models::ModelInputs inputs;
     inputs.input_ids = micro_batch.at("input_ids");
-    inputs.attention_mask = micro_batch.at("attention_mask");
+    inputs.cu_seqlens = micro_batch.at("cu_seqlens");  // the loop hands engines packed micro-batches
     models::HeadOptions head;
     head.compute_entropy = ctx.calculate_entropy;
     head.temperature = batch_temperature(micro_batch);

@@ -109,6 +109,21 @@ double float64_grad_norm(const TrainConfig& c, const Batch& batch, double temper
   return std::sqrt(sum);
 }
 
+// The padded rows of a packed micro-batch that came through the host loop's padded edge (engine_driver/
+// padded_edge.h): its attention_mask and loss inputs ride along per sequence; input_ids and loss_mask go back to
+// the real tokens' places.
+Batch padded_rows(const Batch& packed) {
+  Batch out;
+  for (const auto& [name, t] : packed.tensors()) {
+    if (name != "cu_seqlens" && name != "input_ids" && name != "loss_mask") out.set(name, t);
+  }
+  const torch::Tensor valid = packed.at("attention_mask").to(torch::kBool);
+  out.set("input_ids", torch::zeros(valid.sizes(), torch::kLong).masked_scatter(valid, packed.at("input_ids")));
+  out.set("loss_mask", torch::zeros(valid.sizes(), torch::kFloat)
+                           .masked_scatter(valid, packed.at("loss_mask").to(torch::kFloat)));
+  return out;
+}
+
 double max_difference_on_targets(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
   return ((a.to(torch::kDouble) - b.to(torch::kDouble)).abs() * mask.to(torch::kDouble)).max().item<double>();
 }
@@ -132,7 +147,7 @@ TEST(GrpoTemperature, OldReferenceAndNewLogProbsAreThoseOfTheSamplingDistributio
   ASSERT_TRUE(engine.calls()[0].forward_only);
   ASSERT_FALSE(engine.calls()[1].forward_only);
   for (const auto& call : engine.calls()) EXPECT_DOUBLE_EQ(batch_temperature(call.batch), temperature);
-  const Batch& trained = engine.calls()[1].batch;
+  const Batch trained = padded_rows(engine.calls()[1].batch);
   const torch::Tensor& mask = trained.at("loss_mask");
 
   // The old and reference log-probs the loss read, against float64 at T (the weights are the initial ones: the
