@@ -301,9 +301,8 @@ def _nested_positions_of_other_lengths(data):
     (_rows_changed("input_ids", 3, lambda t: t.index_fill(0, torch.tensor([4]), 256)),
      "batch['input_ids'] row 3: token 4 is 256, outside the model's vocabulary of 256 tokens (allowed: token ids "
      "0..255)"),
-    # verl's response mask goes to the engine per sequence: its check names the sequence
-    (_response_mask_at(2, 3, 0.5), "batch['loss_mask'] sequence 2: holds a value not 0 or 1 (allowed: 0 or 1 per "
-     "token)"),
+    # verl's response mask goes to the engine per sequence: the check names its row and column
+    (_response_mask_at(2, 3, 0.5), "batch['loss_mask'] row 2: token 3 is 0.5 (allowed: 0 or 1 per token)"),
     (lambda d: {**d, "loss_mask": torch.zeros(4, 7)}, "batch['loss_mask']: has no target token"),
     (_sft_layout_with_short_row, "batch['loss_mask'] row 1 has 7 entries, input_ids 8"),
     # verl's per-response-token loss inputs are as wide as the response mask, or jagged like the responses
