@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   const int64_t rows = mbs * micro_batches;  // per rank and step; the engine splits them into micro-batches of mbs
   EngineArgs args = bench::engine_args(me, flags);
   if (ulysses > 1) {
-    args.engine.backend_options["ulysses_sequence_parallel_size"] = std::to_string(ulysses);
+    args.engine.backend_options["ulysses_sequence_parallel_size"] = static_cast<int64_t>(ulysses);
     args.model.use_remove_padding = true;
   }
   auto engine = bench::load_engine(flags, args);

@@ -129,7 +129,7 @@ void check_offload(const Target& target) {
 // and every step and log-prob equals an engine without the option.
 void check_offload_modes(const Target& target) {
   EngineSpec spec;
-  spec.adjust = [](EngineArgs& args) { args.engine.backend_options[kOffloadOutsideModes] = "true"; };
+  spec.adjust = [](EngineArgs& args) { args.engine.backend_options[kOffloadOutsideModes] = true; };
   auto moving = make_engine(target, spec);
   auto stayed = make_engine(target, EngineSpec{});
   const LossFn loss = token_mean_loss(target);

@@ -152,7 +152,7 @@ ConfigKnob backend_options_knob() {
     return s.backend_options.empty() ? std::string("no options") : join(s.backend_options);
   };
   knob.set_unsupported = [](const ConfigSupport&, EngineArgs& a) {
-    a.engine.backend_options["no_such_option"] = "1";
+    a.engine.backend_options["no_such_option"] = int64_t{1};
     return true;
   };
   return knob;

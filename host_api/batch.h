@@ -6,8 +6,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <variant>
 #include <vector>
+
+#include "host_api/config.h"
 
 namespace enginery {
 
@@ -24,7 +25,7 @@ namespace enginery {
 // A padded batch (input_ids and attention_mask [S, T], 1 = real token, any padding; loss_mask and loss inputs
 // [S, T], position 0 never a target) is the host's form for its own data: the host's loop packs it before any
 // engine sees it and hands its loss and its caller padded tensors with log_probs[s, t] for token t itself.
-using MetaValue = std::variant<bool, int64_t, double, std::string>;
+using MetaValue = ScalarValue;
 
 class Batch {
  public:

@@ -1,18 +1,21 @@
 #pragma once
-// Typed configuration handed to engines (docs/ARCHITECTURE.md, "Configuration"). Field names and defaults follow
-// verl (verl/workers/config/*.py). The trainer's parser turns the TOML text into these types once, at the
-// boundary, with file:line:col errors; engines never see a dtype or enum as a string.
+// Typed configuration handed to engines (docs/ARCHITECTURE.md, "Configuration"), with verl's names and defaults;
+// hosts parse text into these types once, so engines never see a dtype or enum as a string.
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace enginery {
 
-// Where the weights come from: `model.path` as the user wrote it, resolved once by ModelConfig::source().
+// A scalar as TOML or Python gives it: backend options and batch metadata.
+using ScalarValue = std::variant<bool, int64_t, double, std::string>;
+
+// Where the weights come from: `model.path` resolved once by ModelConfig::source().
 struct ModelSource {
   enum class Kind { kHfDirectory, kBuiltin };
   Kind kind = Kind::kBuiltin;
@@ -20,8 +23,7 @@ struct ModelSource {
   bool is_builtin() const { return kind == Kind::kBuiltin; }
 };
 
-// verl HFModelConfig (subset). `path` is a Hugging Face model directory (config.json + *.safetensors) or a
-// built-in tiny model such as "builtin:qwen2-tiny".
+// verl HFModelConfig (subset). `path`: a Hugging Face directory (config.json, *.safetensors) or "builtin:<name>".
 struct ModelConfig {
   std::string path = "builtin:qwen2-tiny";
   std::string tokenizer_path;  // unused by the engines; kept so verl configs load unchanged
@@ -44,7 +46,7 @@ struct MixedPrecisionConfig {
 enum class ScalerMode { kAuto, kAlways, kNever };
 const char* to_string(ScalerMode mode);
 
-// Settings of the sharded gradient scaler used when param_dtype is fp16 (torch.amp.GradScaler's defaults).
+// The sharded gradient scaler's settings (torch.amp.GradScaler's defaults).
 struct GradScalerConfig {
   double init_scale = 65536.0;  // 2^16
   double growth_factor = 2.0;
@@ -71,10 +73,15 @@ struct EngineConfig {
   c10::ScalarType model_dtype = c10::kFloat;  // dtype of the sharded master parameters
   bool entropy_from_logits_with_chunking = true;
   GradScalerConfig grad_scaler;
-  // Backend-specific settings from the TOML table [engine.<backend>], as strings; the registry refuses names the
-  // engine does not declare, the engine parses the values (naming "engine.<backend>.<key>").
-  std::map<std::string, std::string> backend_options;
+  // Backend-specific settings, [engine.<backend>], typed as written; the registry refuses names the engine does not
+  // declare (ConfigSupport::backend_options), backend_option() reads one.
+  std::map<std::string, ScalarValue> backend_options;
 };
+
+// engine.backend_options[key] as T (bool, int64_t, double, which an integer also gives, or std::string), `fallback`
+// when absent. Throws EngineryError naming engine.<strategy>.<key> and the type when it holds another.
+template <typename T>
+T backend_option(const EngineConfig& engine, const std::string& key, T fallback);
 
 // verl OptimizerConfig / FSDPOptimizerConfig.
 struct OptimizerConfig {

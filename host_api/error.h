@@ -4,9 +4,8 @@
 
 namespace enginery {
 
-// The one exception type of the project. It says what failed, where (a file:line:col, a config field, a plugin,
-// a rank) and, when there is a closed set, what is allowed. Message format:
-//   "<where>: <what> (allowed: <allowed>)"
+// The one exception type of the project: what failed, where (a file:line:col, a config field, a plugin, a rank) and,
+// when there is a closed set, what is allowed. Message: "<where>: <what> (allowed: <allowed>)".
 class EngineryError : public std::runtime_error {
  public:
   explicit EngineryError(std::string what, std::string where = {}, std::string allowed = {});

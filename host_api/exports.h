@@ -35,10 +35,8 @@ struct LocalShard {
 
 // Which ranks' pieces make up the full tensors, the same for every parameter of the engine.
 struct ShardPlacement {
-  // Ranks (ascending, this one among them) whose pieces are disjoint and cover every element once.
-  std::vector<int64_t> group_ranks;
-  // False on a rank whose group replicates another's (HSDP's replicas): its pieces repeat exported values.
-  bool contributes = true;
+  std::vector<int64_t> group_ranks;  // ascending, this one among them: disjoint pieces covering every element once
+  bool contributes = true;           // false on an HSDP replica: its pieces repeat exported values
 };
 
 // Not collective: reads this rank's shards only.

@@ -14,8 +14,7 @@ class GradScaler {
   virtual torch::Tensor scale(const torch::Tensor& loss) = 0;  // loss * current scale
   virtual double current_scale() const = 0;                     // host read; not for hot paths
   virtual int64_t growth_tracker() const = 0;
-  // True when the last optimizer step was skipped because some rank saw a non-finite gradient.
-  virtual bool last_step_skipped() const = 0;
+  virtual bool last_step_skipped() const = 0;  // some rank saw a non-finite gradient: every rank skipped
   virtual double growth_factor() const = 0;
   virtual double backoff_factor() const = 0;
   virtual int64_t growth_interval() const = 0;

@@ -1,9 +1,6 @@
 #pragma once
-// The one versioned C entry point of a plugin library (in the style of LLVM's llvmGetPassPluginInfo):
-//
-//   extern "C" const enginery::PluginInfo* enginery_plugin_info();
-//
-// The loader reads the returned struct, checks the contract version, the header fingerprint, LibTorch version and
+// The one versioned C entry point of a plugin library, `extern "C" const enginery::PluginInfo*
+// enginery_plugin_info()` (in the style of LLVM's llvmGetPassPluginInfo). The loader reads the returned struct, checks the contract version, the header fingerprint, LibTorch version and
 // C++ ABI against its own, and only then calls register_engines. Use ENGINERY_DEFINE_PLUGIN to define it.
 #include "host_api/base_engine.h"
 #include "host_api/version.h"

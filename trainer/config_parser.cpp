@@ -130,7 +130,7 @@ class TomlReader : public ConfigVisitor {
     return n != nullptr && n->is_table();
   }
   void backend_table(const std::string& parent, const std::string& backend,
-                     std::map<std::string, std::string>& options) override {
+                     std::map<std::string, ScalarValue>& options) override {
     const std::string key = parent + "." + backend;
     check_backend_name(parent, backend, key);
     known_tables_.insert(key);
@@ -146,19 +146,18 @@ class TomlReader : public ConfigVisitor {
                             where_key(item_key, name, item), "plain names such as ulysses_parallel_size");
       }
       if (item.is_table() || item.is_array()) wrong_type(item_key, item, "a string, number or boolean");
-      std::ostringstream text;
+      ScalarValue& value = options[std::string(name.str())];
       if (item.is_string()) {
-        text << item.as_string()->get();
+        value = std::string(item.as_string()->get());
       } else if (item.is_boolean()) {
-        text << (item.as_boolean()->get() ? "true" : "false");
+        value = item.as_boolean()->get();
       } else if (item.is_integer()) {
-        text << item.as_integer()->get();
+        value = static_cast<int64_t>(item.as_integer()->get());
       } else if (item.is_floating_point()) {
-        text << item.as_floating_point()->get();
+        value = item.as_floating_point()->get();
       } else {
         wrong_type(item_key, item, "a string, number or boolean");
       }
-      options[std::string(name.str())] = text.str();
     }
   }
 

@@ -41,8 +41,10 @@ class TomlWriter : public ConfigVisitor {
   void scaler_mode(const std::string& key, ScalerMode& value) override { put(key, std::string(to_string(value))); }
   bool has_table(const std::string&) override { return true; }
   void backend_table(const std::string& parent, const std::string& backend,
-                     std::map<std::string, std::string>& options) override {
-    for (const auto& [name, value] : options) put(parent + "." + backend + "." + name, value);
+                     std::map<std::string, ScalarValue>& options) override {
+    for (const auto& [name, value] : options) {
+      std::visit([&](const auto& v) { put(parent + "." + backend + "." + name, v); }, value);
+    }
   }
 
  private:

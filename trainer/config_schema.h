@@ -33,7 +33,7 @@ class ConfigVisitor {
   // [<parent>.<backend>]: options of the selected backend, kept as strings; every other sub-table of `parent`
   // that is not a known one is an error.
   virtual void backend_table(const std::string& parent, const std::string& backend,
-                             std::map<std::string, std::string>& options) = 0;
+                             std::map<std::string, ScalarValue>& options) = 0;
 };
 
 void visit_config(ConfigVisitor& visitor, TrainConfig& config);

@@ -42,10 +42,10 @@ JsonlOptions jsonl_options(const TrainConfig& c, const std::string& split) {
 
 void refuse_sequence_parallel(const TrainConfig& c) {
   const std::string name = "ulysses_sequence_parallel_size";
-  const auto it = c.engine.backend_options.find(name);
-  if (it == c.engine.backend_options.end() || it->second == "1") return;
+  const int64_t size = backend_option<int64_t>(c.engine, name, 1);
+  if (size == 1) return;
   const std::string key = "engine." + c.engine.strategy + "." + name;
-  throw EngineryError(key + " = " + it->second + " needs the ranks of a sequence group to train on the same rows; " +
+  throw EngineryError(key + " = " + std::to_string(size) + " needs the ranks of a sequence group to train on the same rows; " +
                           "enginery train gives every rank rows of its own (run it under verl through enginery.verl)",
                       c.where(key), "1, or leave it out");
 }

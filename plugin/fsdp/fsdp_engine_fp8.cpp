@@ -11,11 +11,11 @@ namespace fsdp {
 // "off" (the default), "tensorwise" or "delayed" (models::Fp8Recipe). Checked when the engine is built, before any
 // work: a build or device that cannot run FP8 GEMMs, or a compute dtype other than bf16, is refused naming the key.
 models::Fp8Recipe FSDPEngine::fp8_wanted(const EngineArgs& args, const torch::Device& device) {
-  const auto it = args.engine.backend_options.find("fp8");
-  if (it == args.engine.backend_options.end() || it->second == "off") return models::Fp8Recipe::kOff;
+  const std::string recipe = backend_option<std::string>(args.engine, "fp8", "off");
+  if (recipe == "off") return models::Fp8Recipe::kOff;
   const std::string key = "engine." + args.engine.strategy + ".fp8";
-  if (it->second != "tensorwise" && it->second != "delayed") {
-    throw EngineryError("unknown value '" + it->second + "'", key, "off, tensorwise, delayed");
+  if (recipe != "tensorwise" && recipe != "delayed") {
+    throw EngineryError("unknown value '" + recipe + "'", key, "off, tensorwise, delayed");
   }
   if (!compat::fp8_gemm_device(device)) {
     throw EngineryError("FP8 matmuls need a CUDA device of compute capability 8.9 or later; this engine runs on " +
@@ -26,7 +26,7 @@ models::Fp8Recipe FSDPEngine::fp8_wanted(const EngineArgs& args, const torch::De
     throw EngineryError("FP8 matmuls replace bf16 GEMMs; set engine.mixed_precision.param_dtype = \"bf16\"", key,
                         "off");
   }
-  return it->second == "delayed" ? models::Fp8Recipe::kDelayed : models::Fp8Recipe::kTensorwise;
+  return recipe == "delayed" ? models::Fp8Recipe::kDelayed : models::Fp8Recipe::kTensorwise;
 }
 
 }  // namespace fsdp

@@ -19,10 +19,10 @@ namespace fsdp {
 // shard through the GPU; "host" runs it on the CPU over the host tensors, which needs both offload keys. Both exist
 // so that they can be measured against each other on the machine at hand (bench/gpu/run_offload_bench.sh).
 bool FSDPEngine::host_step_wanted(const EngineConfig& engine) {
-  const auto it = engine.backend_options.find("offload_step");
-  if (it == engine.backend_options.end() || it->second == "device") return false;
+  const std::string where = backend_option<std::string>(engine, "offload_step", "device");
+  if (where == "device") return false;
   const std::string key = "engine." + engine.strategy + ".offload_step";
-  if (it->second != "host") throw EngineryError("unknown value '" + it->second + "'", key, "device, host");
+  if (where != "host") throw EngineryError("unknown value '" + where + "'", key, "device, host");
   if (!engine.param_offload || !engine.optimizer_offload) {
     throw EngineryError("a host optimizer step needs the parameters and the optimizer state on the host", key,
                         "host with engine.param_offload = true and engine.optimizer_offload = true, else device");

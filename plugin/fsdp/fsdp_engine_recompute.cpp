@@ -11,8 +11,7 @@ namespace enginery {
 namespace fsdp {
 
 models::Recompute FSDPEngine::recompute_wanted(const EngineArgs& args) {
-  const auto it = args.engine.backend_options.find(kCheckpointingPolicy);
-  const std::string policy = it == args.engine.backend_options.end() ? "layer" : it->second;
+  const std::string policy = backend_option<std::string>(args.engine, kCheckpointingPolicy, "layer");
   return models::recompute_policy(args.model.enable_gradient_checkpointing, policy,
                                   "engine." + args.engine.strategy + "." + kCheckpointingPolicy);
 }

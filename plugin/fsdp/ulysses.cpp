@@ -1,7 +1,6 @@
 #include "plugin/fsdp/ulysses.h"
 
 #include <atomic>
-#include <charconv>
 #include <string>
 #include <vector>
 
@@ -25,14 +24,11 @@ std::string divisors(int64_t n) {
 }  // namespace
 
 int64_t ulysses_size_wanted(const EngineArgs& args) {
-  const auto it = args.engine.backend_options.find(kUlyssesSize);
-  if (it == args.engine.backend_options.end()) return 1;
-  const std::string& text = it->second;
+  const int64_t size = backend_option<int64_t>(args.engine, kUlyssesSize, 1);
   const int64_t world = std::max<int64_t>(args.world_size, 1);
-  int64_t size = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), size);
-  if (ec != std::errc() || end != text.data() + text.size() || size < 1 || world % size != 0) {
-    throw EngineryError("'" + text + "' is not a positive integer dividing the world size " + std::to_string(world),
+  const std::string text = std::to_string(size);
+  if (size < 1 || world % size != 0) {
+    throw EngineryError(text + " is not a positive integer dividing the world size " + std::to_string(world),
                         key_of(args), divisors(world));
   }
   if (size > 1 && !args.model.use_remove_padding) {

@@ -62,7 +62,7 @@ class EngineKeys final : public ConfigVisitor {
   void optional_precision(const std::string& key, std::optional<c10::ScalarType>&) override { add(key); }
   void scaler_mode(const std::string& key, ScalerMode&) override { add(key); }
   bool has_table(const std::string&) override { return false; }
-  void backend_table(const std::string&, const std::string&, std::map<std::string, std::string>&) override {}
+  void backend_table(const std::string&, const std::string&, std::map<std::string, ScalarValue>&) override {}
 
  private:
   void add(const std::string& key) {

@@ -207,7 +207,7 @@ TEST_P(GpuFp8Recipe, EngineLossTracksBf16) {
     args.model.path = "builtin:qwen2-tiny";
     args.optim.lr = 3e-3;
     args.optim.clip_grad = 1.0;
-    if (fp8) args.engine.backend_options["fp8"] = recipe;
+    if (fp8) args.engine.backend_options["fp8"] = std::string(recipe);
     fsdp::FSDPEngine engine(args);
     engine.initialize();
     std::vector<double> losses;

@@ -45,7 +45,7 @@ std::unique_ptr<fsdp::FSDPEngine> make_engine(const std::string& strategy, bool 
   auto args = cuda_args(strategy);
   args.engine.param_offload = param_offload;
   args.engine.optimizer_offload = optimizer_offload;
-  if (outside_modes) args.engine.backend_options[kOffloadOutsideModes] = "true";
+  if (outside_modes) args.engine.backend_options[kOffloadOutsideModes] = true;
   const char* model = std::getenv("ENGINERY_OFFLOAD_MODEL");
   std::unique_ptr<fsdp::FSDPEngine> engine;
   if (model != nullptr && *model != '\0') {

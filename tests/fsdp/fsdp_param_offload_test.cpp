@@ -207,7 +207,7 @@ TEST(FsdpParamOffload, HostOptimizerStepEqualsResidentAndBadSettingsAreRefused) 
     auto resident = make_engine(resident_args);
     auto args = offload_args(ctx, "fsdp", Offload{true, true}, false);
     args.engine.mixed_precision.param_dtype = c10::kFloat;
-    args.engine.backend_options["offload_step"] = "host";
+    args.engine.backend_options["offload_step"] = std::string("host");
     auto host = make_engine(args);
     for (int step = 0; step < 3; ++step) {
       const Batch batch = step_batch(ctx.rank, 40 + step);
@@ -223,7 +223,7 @@ TEST(FsdpParamOffload, HostOptimizerStepEqualsResidentAndBadSettingsAreRefused) 
     // With bf16 compute the host step writes the masters but not their bf16 copies: it must leave them stale, so
     // the next unshard uploads the updated master rather than the copy of the one before the step.
     auto bf16_args = offload_args(ctx, "fsdp", Offload{true, true}, false);
-    bf16_args.engine.backend_options["offload_step"] = "host";
+    bf16_args.engine.backend_options["offload_step"] = std::string("host");
     auto bf16_host = make_engine(bf16_args);
     for (int step = 0; step < 2; ++step) {
       train_batch(*bf16_host, step_batch(ctx.rank, 50 + step), sft_loss);
@@ -245,15 +245,15 @@ TEST(FsdpParamOffload, HostOptimizerStepEqualsResidentAndBadSettingsAreRefused) 
     }
     return "";
   };
-  const std::string bad = message([](EngineArgs& a) { a.engine.backend_options["offload_step"] = "gpu"; });
+  const std::string bad = message([](EngineArgs& a) { a.engine.backend_options["offload_step"] = std::string("gpu"); });
   EXPECT_NE(bad.find("engine.fsdp2.offload_step: unknown value 'gpu' (allowed: device, host)"), std::string::npos)
       << bad;
   const std::string half = message([](EngineArgs& a) {
-    a.engine.backend_options["offload_step"] = "host";
+    a.engine.backend_options["offload_step"] = std::string("host");
     a.engine.optimizer_offload = false;
   });
   EXPECT_NE(half.find("engine.fsdp2.offload_step: a host optimizer step needs"), std::string::npos) << half;
-  EXPECT_EQ(message([](EngineArgs& a) { a.engine.backend_options["offload_step"] = "device"; }), "");
+  EXPECT_EQ(message([](EngineArgs& a) { a.engine.backend_options["offload_step"] = std::string("device"); }), "");
 }
 
 // Declared for every backend on both devices, so the registry admits them (verl sets them on any device).

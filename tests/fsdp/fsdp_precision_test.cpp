@@ -171,7 +171,7 @@ TEST(PrecisionDefaults, BaseConstructorSetsBf16AndNoScaler) {
 TEST(PrecisionFp8, RefusedByNameWhereItCannotRun) {
   auto message = [](const std::string& value) {
     auto args = make_args("fsdp2", "bf16");
-    args.engine.backend_options["fp8"] = value;
+    args.engine.backend_options["fp8"] = std::string(value);
     try {
       fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
     } catch (const EngineryError& e) {

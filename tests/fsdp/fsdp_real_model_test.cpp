@@ -115,7 +115,7 @@ TEST(RealModel, CheckpointingPoliciesTrainAsStoredActivations) {
     auto layer_args = plain_args;
     layer_args.model.enable_gradient_checkpointing = true;
     auto mlp_args = layer_args;
-    mlp_args.engine.backend_options["gradient_checkpointing_policy"] = "mlp";
+    mlp_args.engine.backend_options["gradient_checkpointing_policy"] = std::string("mlp");
     std::vector<std::unique_ptr<fsdp::FSDPEngine>> engines;
     for (const auto& a : {plain_args, layer_args, mlp_args}) {
       engines.push_back(std::make_unique<fsdp::FSDPEngine>(a));
@@ -148,7 +148,7 @@ TEST(RealModel, CheckpointingPolicyIsRefusedByNameWhenItCannotApply) {
     auto args = make_args("fsdp2", "fp32");
     args.model.path = "builtin:qwen2-tiny";
     args.model.enable_gradient_checkpointing = checkpointing;
-    args.engine.backend_options["gradient_checkpointing_policy"] = policy;
+    args.engine.backend_options["gradient_checkpointing_policy"] = std::string(policy);
     try {
       fsdp::FSDPEngine engine(args);  // refused at construction, before any work
     } catch (const EngineryError& e) {

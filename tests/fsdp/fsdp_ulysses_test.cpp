@@ -168,13 +168,13 @@ TEST(Ulysses, SizeThatDoesNotDivideTheWorldIsRefusedByName) {
   args.world_size = 4;
   args.engine.strategy = "fsdp2";
   args.model.use_remove_padding = true;
-  args.engine.backend_options[fsdp::kUlyssesSize] = "3";
+  args.engine.backend_options[fsdp::kUlyssesSize] = int64_t{3};
   const std::string error = error_of([&] { fsdp::ulysses_size_wanted(args); });
   EXPECT_NE(error.find("engine.fsdp2.ulysses_sequence_parallel_size"), std::string::npos) << error;
   EXPECT_NE(error.find("(allowed: 1, 2, 4)"), std::string::npos) << error;
-  args.engine.backend_options[fsdp::kUlyssesSize] = "two";
-  EXPECT_NE(error_of([&] { fsdp::ulysses_size_wanted(args); }).find("(allowed: 1, 2, 4)"), std::string::npos);
-  args.engine.backend_options[fsdp::kUlyssesSize] = "2";
+  args.engine.backend_options[fsdp::kUlyssesSize] = std::string("two");
+  EXPECT_NE(error_of([&] { fsdp::ulysses_size_wanted(args); }).find("(allowed: an integer)"), std::string::npos);
+  args.engine.backend_options[fsdp::kUlyssesSize] = int64_t{2};
   EXPECT_EQ(fsdp::ulysses_size_wanted(args), 2);
   args.model.use_remove_padding = false;  // verl requires it too
   EXPECT_NE(error_of([&] { fsdp::ulysses_size_wanted(args); }).find("model.use_remove_padding"), std::string::npos);

@@ -43,7 +43,7 @@ inline EngineArgs ulysses_args(const testing::RankContext& ctx, const std::strin
   a.engine.micro_batch_size_per_gpu = 2;
   a.engine.use_dynamic_bsz = v.dynamic;
   a.engine.max_token_len_per_gpu = 24;
-  if (v.sp > 1) a.engine.backend_options[fsdp::kUlyssesSize] = std::to_string(v.sp);
+  if (v.sp > 1) a.engine.backend_options[fsdp::kUlyssesSize] = int64_t{v.sp};
   if (v.value_model) a.model_type = "value_model";
   a.engine.fsdp_size = v.fsdp_size;
   if (setup) setup(a);

@@ -67,8 +67,8 @@ train_batch_size = 16
   EXPECT_EQ(c.engine.mixed_precision.reduce_dtype, c10::kFloat);
   EXPECT_EQ(c.engine.mixed_precision.buffer_dtype, c10::kFloat);
   EXPECT_EQ(c.engine.grad_scaler.enabled, ScalerMode::kAuto);
-  EXPECT_EQ(c.engine.backend_options.at("bucket_mb"), "25");
-  EXPECT_EQ(c.engine.backend_options.at("fast"), "true");
+  EXPECT_EQ(c.engine.backend_options.at("bucket_mb"), ScalarValue(int64_t{25}));  // typed as written
+  EXPECT_EQ(c.engine.backend_options.at("fast"), ScalarValue(true));
   EXPECT_DOUBLE_EQ(c.optim.lr, 1.0);  // an integer is accepted where a float is expected
   EXPECT_DOUBLE_EQ(c.optim.betas[1], 0.95);
   EXPECT_DOUBLE_EQ(c.optim.clip_grad, 1.0);
@@ -255,7 +255,7 @@ save_contents = ["model"]
   TrainConfig again = load_train_config(again_path);
   again.source = c.source;
   EXPECT_EQ(to_toml(again), text);
-  EXPECT_EQ(again.engine.backend_options.at("knob"), "7");
+  EXPECT_EQ(again.engine.backend_options.at("knob"), ScalarValue(std::string("7")));
   EXPECT_EQ(again.loss.clip_ratio_high.value(), 0.28);
   EXPECT_FALSE(again.loss.clip_ratio_low.has_value());
   EXPECT_EQ(again.checkpoint.save_contents, std::vector<std::string>{"model"});

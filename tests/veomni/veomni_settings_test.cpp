@@ -14,12 +14,12 @@ namespace {
 using veomni::VeOmniEngine;
 using veomni_test::make_args;
 
-const std::vector<std::map<std::string, std::string>> kAllSettings = {
+const std::vector<std::map<std::string, ScalarValue>> kAllSettings = {
     {},
-    {{"enable_full_shard", "true"}, {"mixed_precision", "true"}},
-    {{"enable_full_shard", "false"}, {"mixed_precision", "true"}},
-    {{"enable_full_shard", "true"}, {"mixed_precision", "false"}},
-    {{"enable_full_shard", "false"}, {"mixed_precision", "false"}},
+    {{"enable_full_shard", true}, {"mixed_precision", true}},
+    {{"enable_full_shard", false}, {"mixed_precision", true}},
+    {{"enable_full_shard", true}, {"mixed_precision", false}},
+    {{"enable_full_shard", false}, {"mixed_precision", false}},
 };
 
 TEST(VeOmniSettings, ConstructedEngineReportsBf16AndNoScaler) {
@@ -32,17 +32,17 @@ TEST(VeOmniSettings, ConstructedEngineReportsBf16AndNoScaler) {
 
 TEST(VeOmniSettings, EachSettingsAutocastDtypeAndScaler) {
   struct Case {
-    std::map<std::string, std::string> options;
+    std::map<std::string, ScalarValue> options;
     std::string param_dtype;
     c10::ScalarType autocast;
     c10::ScalarType param;  // the dtype full parameters are gathered in
   };
   const std::vector<Case> cases = {
       {{}, "", c10::kBFloat16, c10::kBFloat16},
-      {{{"mixed_precision", "true"}}, "fp32", c10::kFloat, c10::kFloat},
-      {{{"mixed_precision", "true"}, {"enable_full_shard", "false"}}, "bf16", c10::kBFloat16, c10::kBFloat16},
-      {{{"mixed_precision", "false"}}, "", c10::kBFloat16, c10::kBFloat16},
-      {{{"mixed_precision", "false"}, {"enable_full_shard", "false"}}, "bf16", c10::kBFloat16, c10::kBFloat16},
+      {{{"mixed_precision", true}}, "fp32", c10::kFloat, c10::kFloat},
+      {{{"mixed_precision", true}, {"enable_full_shard", false}}, "bf16", c10::kBFloat16, c10::kBFloat16},
+      {{{"mixed_precision", false}}, "", c10::kBFloat16, c10::kBFloat16},
+      {{{"mixed_precision", false}, {"enable_full_shard", false}}, "bf16", c10::kBFloat16, c10::kBFloat16},
   };
   for (const auto& c : cases) {
     VeOmniEngine engine(make_args(c.options, c.param_dtype));
@@ -52,14 +52,14 @@ TEST(VeOmniSettings, EachSettingsAutocastDtypeAndScaler) {
     EXPECT_EQ(engine.param_dtype(), c.param);
     ASSERT_NE(engine.fsdp_module(), nullptr);
     EXPECT_EQ(engine.fsdp_module()->options().layout, fsdp::ShardingLayout::kPerParameter);
-    const bool full_shard = !c.options.count("enable_full_shard") || c.options.at("enable_full_shard") == "true";
+    const bool full_shard = !c.options.count("enable_full_shard") || std::get<bool>(c.options.at("enable_full_shard"));
     EXPECT_EQ(engine.fsdp_module()->options().reshard_after_forward, full_shard);
   }
 }
 
 TEST(VeOmniSettings, MixedPrecisionFalseKeepsBf16Weights) {
   auto batch = veomni_test::make_batch(4, 16, 3);
-  for (const std::string mp : {"false", "true"}) {
+  for (const bool mp : {false, true}) {
     VeOmniEngine engine(make_args({{"mixed_precision", mp}}));
     engine.initialize();
     for (int step = 0; step < 2; ++step) train_batch(engine, batch, veomni_test::sft_loss);
@@ -69,7 +69,7 @@ TEST(VeOmniSettings, MixedPrecisionFalseKeepsBf16Weights) {
       all_bf16 = all_bf16 && torch::equal(s, s.to(torch::kBFloat16).to(torch::kFloat));
     }
     // fp32 masters leave bf16's grid after an AdamW step with lr 1e-2; bf16 weights never do.
-    EXPECT_EQ(all_bf16, mp == "false") << "mixed_precision=" << mp;
+    EXPECT_EQ(all_bf16, !mp) << "mixed_precision=" << mp;
   }
 }
 
@@ -79,16 +79,16 @@ TEST(VeOmniSettings, BadSettingsAreRejectedNamingTheField) {
     std::string field, allowed;
   };
   const std::vector<Bad> cases = {
-      {[](EngineArgs& a) { a.engine.backend_options["no_such_option"] = "1"; }, "engine.veomni.no_such_option",
+      {[](EngineArgs& a) { a.engine.backend_options["no_such_option"] = int64_t{1}; }, "engine.veomni.no_such_option",
        "enable_full_shard, mixed_precision"},
-      {[](EngineArgs& a) { a.engine.backend_options["enable_full_shard"] = "yes"; }, "engine.veomni.enable_full_shard",
-       "true, false"},
-      {[](EngineArgs& a) { a.engine.backend_options["mixed_precision"] = "1"; }, "engine.veomni.mixed_precision",
+      {[](EngineArgs& a) { a.engine.backend_options["enable_full_shard"] = std::string("yes"); },
+       "engine.veomni.enable_full_shard", "true, false"},
+      {[](EngineArgs& a) { a.engine.backend_options["mixed_precision"] = int64_t{1}; }, "engine.veomni.mixed_precision",
        "true, false"},
       {[](EngineArgs& a) { a.engine.mixed_precision.param_dtype = c10::kHalf; }, "engine.mixed_precision.param_dtype",
        "(allowed: fp32, bf16)"},
       {[](EngineArgs& a) {
-         a.engine.backend_options["mixed_precision"] = "false";
+         a.engine.backend_options["mixed_precision"] = false;
          a.engine.mixed_precision.param_dtype = c10::kFloat;
        },
        "engine.mixed_precision.param_dtype", "engine.veomni.mixed_precision"},
@@ -145,7 +145,7 @@ TEST(VeOmniTraining, FullShardOffEqualsFullShardOnInFp32) {
   auto batch = veomni_test::make_batch(4, 16, 7);
   std::map<std::string, torch::Tensor> params[2];
   for (int i = 0; i < 2; ++i) {
-    VeOmniEngine engine(make_args({{"enable_full_shard", i == 0 ? "true" : "false"}}, "fp32"));
+    VeOmniEngine engine(make_args({{"enable_full_shard", i == 0}}, "fp32"));
     engine.initialize();
     for (int step = 0; step < 3; ++step) train_batch(engine, batch, veomni_test::sft_loss);
     params[i] = veomni_test::params_of(engine);

@@ -13,7 +13,7 @@
 namespace enginery {
 namespace veomni_test {
 
-inline EngineArgs make_args(const std::map<std::string, std::string>& options, const std::string& param_dtype = "",
+inline EngineArgs make_args(const std::map<std::string, ScalarValue>& options, const std::string& param_dtype = "",
                             int rank = 0, int world_size = 1, c10::intrusive_ptr<compat::CommGroup> group = {}) {
   EngineArgs a;
   a.rank = rank;
