@@ -14,6 +14,7 @@ namespace py = pybind11;
 using enginery::BaseEngine;
 using enginery::GradScaler;
 using enginery::LossContext;
+using enginery::ModeOptions;
 using enginery::PrecisionType;
 using enginery::python::EngineRequest;
 using enginery::python::ModeContext;
@@ -40,16 +41,27 @@ void bind_loss_context(py::module_& m) {
 void bind_engine(py::module_& m) {
   py::class_<ModeContext>(m, "ModeContext")
       .def("__enter__", [](ModeContext& self) { self.enter(); })
-      .def("__exit__", [](ModeContext& self, const py::args&) {
-        self.exit();
+      .def("__exit__", [](ModeContext& self, const py::object& exc_type, const py::object&, const py::object&) {
+        self.exit(!exc_type.is_none());
         return false;  // never swallows the block's exception
       });
   py::class_<PyEngine, std::shared_ptr<PyEngine>> engine(m, "Engine");
   engine
       .def("initialize", &PyEngine::initialize)
-      .def("train_mode", [](const PyEngine& self) { return self.mode(true); })
-      .def("eval_mode", [](const PyEngine& self) { return self.mode(false); })
+      .def(
+          "train_mode",
+          [](const PyEngine& self, bool zero_grad_on_exit, bool disable_auto_offload) {
+            return self.mode(true, ModeOptions{zero_grad_on_exit, disable_auto_offload});
+          },
+          py::arg("zero_grad_on_exit") = true, py::arg("disable_auto_offload") = false)
+      .def(
+          "eval_mode",
+          [](const PyEngine& self, bool disable_auto_offload) {
+            return self.mode(false, ModeOptions{false, disable_auto_offload});
+          },
+          py::arg("disable_auto_offload") = false)
       .def_property_readonly("is_training", &PyEngine::is_training)
+      .def_property_readonly("mode", &PyEngine::mode_name)
       .def("forward_backward_batch", &PyEngine::forward_backward_batch, py::arg("batch"), py::arg("loss_fn"),
            py::arg("forward_only") = false)
       .def("train_batch", &PyEngine::train_batch, py::arg("batch"), py::arg("loss_fn"))

@@ -2,6 +2,7 @@
 
 #include <utility>
 #include "engine_driver/step_loop.h"
+#include "engine_driver/engine_access.h"
 #include "engine_driver/mode_guard.h"
 
 namespace enginery {
@@ -23,12 +24,19 @@ bool takes_context(const py::object& fn) {
 
 }  // namespace
 
-ModeContext::ModeContext(std::shared_ptr<BaseEngine> engine, bool training)
-    : engine_(std::move(engine)), training_(training) {}
+ModeContext::ModeContext(std::shared_ptr<BaseEngine> engine, bool training, ModeOptions options)
+    : engine_(std::move(engine)), training_(training), options_(options) {}
 
-void ModeContext::enter() { guard_.emplace(training_ ? enginery::train_mode(*engine_) : enginery::eval_mode(*engine_)); }
+void ModeContext::enter() {
+  guard_.emplace(training_ ? enginery::train_mode(*engine_, options_) : enginery::eval_mode(*engine_, options_));
+}
 
-void ModeContext::exit() { guard_.reset(); }
+void ModeContext::exit(bool raised) {
+  if (!guard_) return;
+  ModeGuard guard = std::move(*guard_);
+  guard_.reset();
+  guard.end(raised);
+}
 
 // [Note: engines die without the GIL] An engine holds torch's process group (EngineArgs::world_group). When the last
 // reference goes from Python (pybind11 frees the object with the GIL held), the group's destructor joins Gloo's
@@ -49,6 +57,11 @@ std::shared_ptr<BaseEngine> freed_without_gil(std::shared_ptr<BaseEngine> engine
 
 PyEngine::PyEngine(std::shared_ptr<BaseEngine> engine, BatchLimits limits)
     : engine_(freed_without_gil(std::move(engine))), limits_(limits) {}
+
+std::optional<std::string> PyEngine::mode_name() const {
+  if (EngineAccess::open_modes(*engine_) == 0) return std::nullopt;
+  return engine_->is_training() ? "train" : "eval";
+}
 
 void PyEngine::initialize() {
   py::gil_scoped_release release;

@@ -11,16 +11,18 @@
 namespace enginery {
 namespace python {
 
-// `with engine.train_mode():` / `eval_mode()`: the mode holds inside the block, the previous one comes back after.
+// `with engine.train_mode():` / `eval_mode()`: the mode holds inside the block, the previous one comes back after
+// (engine_driver/mode_guard.h, verl's context arguments in ModeOptions).
 class ModeContext {
  public:
-  ModeContext(std::shared_ptr<BaseEngine> engine, bool training);
+  ModeContext(std::shared_ptr<BaseEngine> engine, bool training, ModeOptions options);
   void enter();
-  void exit();
+  void exit(bool raised);  // `raised`: the block ended with an exception
 
  private:
   std::shared_ptr<BaseEngine> engine_;
   bool training_;
+  ModeOptions options_;
   std::optional<ModeGuard> guard_;
 };
 
@@ -33,8 +35,10 @@ class PyEngine {
   PyEngine(std::shared_ptr<BaseEngine> engine, BatchLimits limits);
 
   void initialize();
-  ModeContext mode(bool training) const { return ModeContext(engine_, training); }
+  ModeContext mode(bool training, ModeOptions options) const { return ModeContext(engine_, training, options); }
   bool is_training() const { return engine_->is_training(); }
+  // verl's engine.mode: "train" or "eval" inside a context, None outside any.
+  std::optional<std::string> mode_name() const;
 
   py::dict forward_backward_batch(const py::dict& batch, const py::object& loss_fn, bool forward_only);
   py::dict train_batch(const py::dict& batch, const py::object& loss_fn);

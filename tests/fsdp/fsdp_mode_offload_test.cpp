@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <stdexcept>
 
 #include "host_api/error.h"
 #include "engine_driver/mode_offload.h"
@@ -32,8 +33,14 @@ std::ostream& operator<<(std::ostream& os, const Move& m) {
 
 class RecordingEngine : public StubEngine {
  public:
+  // `option`: engine.recording.offload_outside_modes as a config would give it; "" leaves it out, "true" and
+  // "false" are booleans, any other text stays a string.
   explicit RecordingEngine(const std::string& option) : StubEngine("recording", torch::Device(torch::kCUDA, 0)) {
-    if (!option.empty()) args_.engine.backend_options[kOffloadOutsideModes] = option;
+    if (option == "true" || option == "false") {
+      args_.engine.backend_options[kOffloadOutsideModes] = option == "true";
+    } else if (!option.empty()) {
+      args_.engine.backend_options[kOffloadOutsideModes] = option;
+    }
   }
   void move_state(const torch::Device& device, bool model, bool optimizer, bool grad) override {
     if (fail_next_) {
@@ -42,8 +49,10 @@ class RecordingEngine : public StubEngine {
     }
     moves.push_back({device.str(), model, optimizer, grad});
   }
+  void optimizer_zero_grad() override { ++zeroed; }
   void fail_next_move() { fail_next_ = true; }
   std::vector<Move> moves;
+  int zeroed = 0;
 
  private:
   bool fail_next_ = false;
@@ -82,6 +91,51 @@ TEST(ModeOffload, OutermostGuardBringsWhatItsModeNeedsAndSendsBackWhatItBrought)
   EXPECT_EQ(engine.moves, (std::vector<Move>{kBringAll, kSendAll}));
 }
 
+const ModeOptions kManualMoves{/*zero_grad_on_exit=*/true, /*disable_auto_offload=*/true};
+const ModeOptions kKeepGradients{/*zero_grad_on_exit=*/false, /*disable_auto_offload=*/false};
+
+TEST(ModeOffload, DisableAutoOffloadLeavesTheMovesToTheCaller) {
+  RecordingEngine engine("true");
+  {
+    auto train = train_mode(engine, kManualMoves);
+    { auto eval = eval_mode(engine); }  // nested: moves nothing either way
+  }
+  { auto eval = eval_mode(engine, kManualMoves); }
+  EXPECT_TRUE(engine.moves.empty());
+}
+
+// verl's contexts: a train block zeroes the gradients on leaving unless zero_grad_on_exit is false, and always when
+// it raised (the next block must not step with a failed block's gradients); an eval block never does. The zero
+// comes before the offload (the gradients are zeroed where they are).
+TEST(ModeOffload, TrainModeZeroesGradientsOnExitAsVerlsContextDoes) {
+  RecordingEngine engine("true");
+  { auto train = train_mode(engine); }
+  EXPECT_EQ(engine.zeroed, 1);
+  { auto train = train_mode(engine, kKeepGradients); }
+  EXPECT_EQ(engine.zeroed, 1);
+  { auto eval = eval_mode(engine); }
+  EXPECT_EQ(engine.zeroed, 1);
+  try {
+    auto train = train_mode(engine, kKeepGradients);
+    throw std::runtime_error("the block failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(engine.zeroed, 2) << "a block that threw left its gradients";
+  {
+    // A host whose exceptions are not C++'s (the Python binding) says so through end().
+    auto outer = eval_mode(engine, kManualMoves);
+    auto train = train_mode(engine, kKeepGradients);
+    train.end(/*raised=*/true);
+    EXPECT_EQ(engine.zeroed, 3);
+    EXPECT_FALSE(engine.is_training()) << "end() did not restore the outer mode";
+  }
+  EXPECT_EQ(engine.zeroed, 3) << "the guard ended twice";
+  EXPECT_EQ(engine.moves.size(), 8u);  // four outermost guards that moved, each bringing and sending back
+  engine.fail_next_move();
+  EXPECT_THROW(train_mode(engine), EngineryError);
+  EXPECT_EQ(engine.zeroed, 3) << "a guard that failed to enter zeroed on its way out";
+}
+
 TEST(ModeOffload, OffByDefaultAndFalseMoveNothing) {
   for (const std::string option : {"", "false"}) {
     RecordingEngine engine(option);
@@ -98,7 +152,8 @@ TEST(ModeOffload, AValueOtherThanABooleanIsRefusedByName) {
     ADD_FAILURE() << "'yes' was accepted";
   } catch (const EngineryError& e) {
     EXPECT_EQ(e.where(), "engine.recording.offload_outside_modes");
-    EXPECT_EQ(e.allowed(), "true, false");
+    EXPECT_EQ(e.allowed(), "a boolean (true, false)");
+    EXPECT_NE(std::string(e.what()).find("'yes' has the wrong type"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(engine.moves.empty());
 }
@@ -140,7 +195,7 @@ void bitwise_with_and_without(const std::string& strategy) {
   testing::run_ranks(2, [strategy](const testing::RankContext& ctx) {
     auto args = make_args(strategy, "bf16", ctx.rank, 2, ctx.group, ctx.store);
     fsdp::FSDPEngine plain(args, tiny_builder(TinyConfig{}));
-    args.engine.backend_options[kOffloadOutsideModes] = "true";
+    args.engine.backend_options[kOffloadOutsideModes] = true;
     fsdp::FSDPEngine moving(args, tiny_builder(TinyConfig{}));
     plain.initialize();
     moving.initialize();
@@ -179,7 +234,7 @@ TEST(ModeOffload, Fsdp2StepsAreBitwiseThoseOfAnEngineWithoutIt) { bitwise_with_a
 
 TEST(ModeOffload, TheEngineRefusesABadValueAtConstruction) {
   auto args = make_args("fsdp2", "fp32");
-  args.engine.backend_options[kOffloadOutsideModes] = "1";
+  args.engine.backend_options[kOffloadOutsideModes] = int64_t{1};
   try {
     fsdp::FSDPEngine engine(args, tiny_builder(TinyConfig{}));
     ADD_FAILURE() << "'1' was accepted";

@@ -24,51 +24,9 @@ def backend_of(strategy):
     return strategy[len(BACKEND_PREFIX):]
 
 
-# verl's BaseEngineCtx keyword arguments (verl/workers/engine/base.py): what train_mode() / eval_mode() take.
+# verl's BaseEngineCtx keyword arguments (verl/workers/engine/base.py): what train_mode() / eval_mode() take. The
+# engine's mode guards implement them (engine_driver/mode_guard.h): the mode, zeroing on exit, offload_outside_modes.
 _MODE_KWARGS = ("zero_grad_on_exit", "disable_auto_offload")
-
-
-class _ModeContext:
-    """verl's train/eval contexts (its BaseEngineCtx and EngineTrainModeCtx): the engine's mode inside, engine.mode
-    set as verl's contexts set it (and the outer context's mode back after a nested one); on leaving a train context
-    gradients are zeroed when zero_grad_on_exit (verl's default True) or when the block raised, so a block with
-    zero_grad_on_exit=False hands its gradients to the next one (verl's Tinker worker splits a step that way). With
-    engine_config offload_outside_modes, the outermost context also brings the state to the GPU on entry (train:
-    model, optimizer, grad; eval: the model only) and sends what it brought back to host memory on exit, as verl's
-    contexts do for an offloaded engine, unless disable_auto_offload (the caller moves it with to())."""
-
-    def __init__(self, owner, training, zero_grad_on_exit=True, disable_auto_offload=False):
-        self._owner = owner
-        self._training = training
-        self._zero_grad_on_exit = zero_grad_on_exit
-        self._auto_offload = not disable_auto_offload
-        self._inner = None
-        self._outer_mode = None
-        self._loaded = None  # (model, optimizer, grad) this context brought to the GPU
-
-    def __enter__(self):
-        owner = self._owner
-        engine = owner._engine
-        self._outer_mode = owner.mode
-        if owner._offload_outside_modes and self._auto_offload and self._outer_mode is None:
-            self._loaded = (True, self._training, self._training)
-            engine.to(owner.device, *self._loaded)
-        self._inner = engine.train_mode() if self._training else engine.eval_mode()
-        self._inner.__enter__()
-        owner.mode = "train" if self._training else "eval"
-        return self
-
-    def __exit__(self, exc_type, *exc):
-        owner = self._owner
-        try:
-            if self._training and (self._zero_grad_on_exit or exc_type is not None):
-                owner.optimizer_zero_grad()
-        finally:
-            self._inner.__exit__(exc_type, *exc)
-            owner.mode = self._outer_mode
-            if self._loaded is not None:
-                owner._engine.to("cpu", *self._loaded)
-        return False
 
 
 def _mode_kwargs(kwargs, where):
@@ -97,13 +55,9 @@ class EngineryVerlEngine:
                          "checkpoint": checkpoint_config}
         sections = self._sections()
         strategy = sections["engine"].pop("strategy", None)
-        # The adapter's own key (not the engine's): state in host memory outside train_mode()/eval_mode().
-        self._offload_outside_modes = sections["engine"].pop("offload_outside_modes", False)
         self.backend = backend if backend is not None else backend_of(strategy or BACKEND_PREFIX + "fsdp")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         enginery.load_plugins(list(plugin_dirs))
-        if self._offload_outside_modes is not False:
-            self._check_offload_outside_modes()
         device_type = self.device.split(":")[0]
         capabilities = {c for e in enginery.plugins() for c in e["capabilities"]
                         if (e["model_type"], e["backend"], e["device"]) == (self.model_type, self.backend, device_type)}
@@ -111,7 +65,6 @@ class EngineryVerlEngine:
         self._delta_shard_snap = {}  # HF name -> this rank's piece as last exported (prime_delta_snapshots)
         self._built_from = self._sections()
         self._engine = self._new_engine(sections)
-        self.mode = None
 
     def _sections(self):
         return {name: _section(config, name) for name, config in self._configs.items()}
@@ -119,28 +72,18 @@ class EngineryVerlEngine:
     def _new_engine(self, sections):
         sections = {name: dict(values) for name, values in sections.items()}
         sections["engine"].pop("strategy", None)
-        sections["engine"].pop("offload_outside_modes", None)
-        # verl's FSDPEngineConfig field is a backend option of enginery's ([engine.<backend>]): a new EngineConfig
-        # field would change EngineArgs' layout for every 2.x plugin. Size 1 (off) is left out, so that a backend
-        # without it (veomni) accepts verl's default.
-        ulysses = sections["engine"].pop(_ULYSSES, 1)
-        if ulysses != 1:
-            sections["engine"].setdefault(self.backend, {})[_ULYSSES] = ulysses
+        # Backend options of enginery's ([engine.<backend>]) that verl's engine config carries flat: verl's
+        # FSDPEngineConfig field, and offload_outside_modes (state in host memory outside the modes, which the
+        # engine's mode guards move). Ulysses size 1 (off) is left out, so that a backend without it (veomni)
+        # accepts verl's default.
+        flat = {key: sections["engine"].pop(key) for key in (_ULYSSES, "offload_outside_modes")
+                if key in sections["engine"]}
+        if flat.get(_ULYSSES) == 1:
+            del flat[_ULYSSES]
+        if flat:
+            sections["engine"][self.backend] = {**sections["engine"].get(self.backend, {}), **flat}
         self._data_parallel = None  # built by initialize() (collective)
         return enginery.new_engine(self.model_type, self.backend, self.device, sections)
-
-    def _check_offload_outside_modes(self):
-        """Refuses offload_outside_modes before any work unless it is a bool and the engine can move its state."""
-        where = "enginery.verl engine_config.offload_outside_modes"
-        if not isinstance(self._offload_outside_modes, bool):
-            raise _error(f"{self._offload_outside_modes!r} is not a bool", where, "True, False")
-        device_type = self.device.split(":")[0]
-        able = [e for e in enginery.plugins() if "offload" in e["capabilities"] and e["device"] == device_type
-                and e["model_type"] == self.model_type]
-        if self.backend not in {e["backend"] for e in able}:
-            raise _error(f"engine {self.backend} ({self.model_type}, {device_type}) cannot move its state to the host",
-                         where, "False, or a backend with the capability 'offload': " +
-                         (", ".join(sorted({e["backend"] for e in able})) or "none loaded"))
 
     # --- lifecycle and modes ---
     def initialize(self):
@@ -150,20 +93,30 @@ class EngineryVerlEngine:
             self._built_from = now
         self._engine.initialize()
         self._data_parallel = _data_parallel_group(self._engine.get_data_parallel_size())
-        if self._offload_outside_modes:
-            self._engine.to("cpu", True, True, True)  # verl's engine, too, offloads right after building
 
     def train_mode(self, **kwargs):
         """verl's train context: train_mode(zero_grad_on_exit=True, disable_auto_offload=False)."""
-        return _ModeContext(self, True, **_mode_kwargs(kwargs, "train_mode"))
+        return self._engine.train_mode(**_mode_kwargs(kwargs, "train_mode"))
 
     def eval_mode(self, **kwargs):
         """verl's eval context: eval_mode(disable_auto_offload=False); it never zeroes gradients."""
-        return _ModeContext(self, False, **_mode_kwargs(kwargs, "eval_mode"))
+        kwargs = _mode_kwargs(kwargs, "eval_mode")
+        kwargs.pop("zero_grad_on_exit", None)
+        return self._engine.eval_mode(**kwargs)
+
+    @property
+    def mode(self):
+        """verl's engine.mode: "train" or "eval" inside a context, None outside any."""
+        return self._engine.mode
+
+    @property
+    def _offload_outside_modes(self):
+        engine = self._built_from["engine"]
+        return bool(engine.get("offload_outside_modes", engine.get(self.backend, {}).get("offload_outside_modes")))
 
     # engine.param_offload / engine.optimizer_offload keep that state in host memory for the whole run (the engine
     # brings units to the GPU as it needs them); engine_config offload_outside_modes moves the rest away between
-    # phases (_ModeContext), else that is the caller's to().
+    # phases (the engine's mode guards), else that is the caller's to().
     @property
     def is_param_offload_enabled(self):
         return bool(self._built_from["engine"].get("param_offload", False))
