@@ -1,5 +1,6 @@
 // model.use_remove_padding on the GPU: packed rows through aten's varlen flash kernel (bf16, fp16) and the per-sequence
-// path (fp32) against the padded model on the same batch — outputs, loss and every gradient. Skips without CUDA.
+// path (fp32) against the padded model on the same batch — outputs, loss and every gradient; a packed input
+// (cu_seqlens) likewise. Skips without CUDA.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -66,6 +67,34 @@ TEST(PackedGpu, Fp32PerSequencePathMatchesPadded) {
   EXPECT_LT(c.outputs, 1e-4);
   EXPECT_LT(c.loss, 1e-4);
   EXPECT_LT(c.grads, 1e-4) << c.worst_grad;
+}
+
+// A packed input (cu_seqlens, host_api/batch.h's [Note: packed batch]) with an empty and a one-token sequence:
+// remove_padding on runs it through the varlen flash kernel, off pads it to [S, longest] for the padded SDPA path;
+// both give [N] in verl's alignment.
+TEST(PackedGpu, PackedInputVarlenFlashMatchesItsPaddedPath) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(4);
+  const std::vector<int64_t> lengths{320, 17, 0, 1, 270, 160};
+  std::vector<int64_t> cu{0};
+  for (int64_t len : lengths) cu.push_back(cu.back() + len);
+  ModelInputs in;
+  in.input_ids = torch::randint(0, 256, {cu.back()}, torch::kLong).cuda();
+  in.cu_seqlens = torch::tensor(cu, torch::kLong);
+  for (const char* name : {"llama-tiny", "qwen3-tiny"}) {
+    auto model = builtin_on_cuda(name, "language_model");
+    const auto c = testing::compare_packed_with_padded(*model, in, c10::kBFloat16);
+    const std::string what = std::string(name) + " packed input bf16";
+    report(what, c);
+    EXPECT_LT(c.outputs, 2e-2) << what;
+    EXPECT_LT(c.loss, 2e-2) << what;
+    EXPECT_LT(c.grads, 5e-2) << what << " " << c.worst_grad;
+  }
+  auto critic = builtin_on_cuda("qwen2-tiny", "value_model");
+  const auto c = testing::compare_packed_with_padded(*critic, in, c10::kBFloat16);
+  report("qwen2-tiny value, packed input bf16", c);
+  EXPECT_LT(c.outputs, 2e-2);
+  EXPECT_LT(c.grads, 5e-2) << c.worst_grad;
 }
 
 }  // namespace
