@@ -57,7 +57,7 @@ class BaseEngine {
   virtual void initialize() = 0;
   bool is_training() const { return training_; }
   virtual void optimizer_zero_grad() = 0;
-  // The global grad norm before clipping (0-dim, on device()). Non-finite: every rank skipped the step.
+  // The global grad norm before clipping (0-dim, on device(); summed in fp64: 1e-5 rel). Non-finite: all ranks skipped.
   virtual torch::Tensor optimizer_step() = 0;
   virtual double lr_scheduler_step() = 0;  // returns the lr for the next step
 

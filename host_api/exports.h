@@ -36,7 +36,7 @@ struct LocalShard {
 // Which ranks' pieces make up the full tensors, the same for every parameter of the engine.
 struct ShardPlacement {
   std::vector<int64_t> group_ranks;  // ascending, this one among them: disjoint pieces covering every element once
-  bool contributes = true;           // false on an HSDP replica: its pieces repeat exported values
+  bool contributes = true;  // false on a replica (HSDP's; a replicated engine's rank > 0): its pieces repeat others'
 };
 
 // Not collective: reads this rank's shards only.
@@ -58,7 +58,7 @@ struct LocalParameter {
 };
 
 // AdamW's, by torch.optim.AdamW's names. A written `lr` holds until the next lr_scheduler_step (as a torch LR
-// scheduler overwrites param_group["lr"]); a value out of range is refused naming the field.
+// scheduler overwrites param_group["lr"]); what torch.optim.AdamW refuses (betas outside [0, 1), ...) is refused too.
 struct OptimizerHyperparameters {
   double lr = 0.0;
   double beta1 = 0.9;
