@@ -7,8 +7,8 @@
 # Installed: include/enginery/{host_api,engine_driver,support,launch,registry,models,kernels}/*.h,
 # lib/libenginery_{host_api,engine_driver,support,launch,registry,models,kernels}.so,
 # lib/cmake/enginery/{engineryConfig,engineryConfigVersion,engineryTargets,EngineryPlugin,
-# EngineryRenderManifest,EngineryHeaderFingerprint}.cmake, and the SDK's documents in share/doc/enginery/: PLUGIN_GUIDE.md (with the 1.x ->
-# 2.x migration), CONFORMANCE.md (conformance/README.md) and examples/plugin/ (the example plugin's sources, which
+# EngineryRenderManifest,EngineryHeaderFingerprint}.cmake, and the SDK's documents in share/doc/enginery/: PLUGIN_GUIDE.md (with the 2.x ->
+# 3.0 migration), ARCHITECTURE.md, CONFORMANCE.md (conformance/README.md) and examples/plugin/ (the example plugin's sources, which
 # build from there). Imported targets: enginery::torch (LibTorch as this build used it, C++17 as a usage
 # requirement), enginery::host_api (the contract), enginery::engine_driver (what hosts drive engines with),
 # enginery::support, enginery::launch, enginery::registry, enginery::models, enginery::kernels (which models links). The fsdp plugin's headers are not installed: its
@@ -49,6 +49,7 @@ install(FILES
 
 # What a third party reads next to the headers (docs/PLUGIN_GUIDE.md, "What the install holds").
 install(FILES ${PROJECT_SOURCE_DIR}/docs/PLUGIN_GUIDE.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/docs/ARCHITECTURE.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/conformance/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME CONFORMANCE.md)
 install(FILES
     ${PROJECT_SOURCE_DIR}/examples/plugin/CMakeLists.txt

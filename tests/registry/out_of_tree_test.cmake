@@ -21,7 +21,8 @@ run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix}
 # The SDK's documents and the example's sources are in the prefix; the fsdp plugin's private headers are not.
 set(docs ${prefix}/share/doc/enginery)
 set(example_dir ${docs}/examples/plugin)
-foreach(file ${docs}/PLUGIN_GUIDE.md ${docs}/CONFORMANCE.md ${example_dir}/CMakeLists.txt ${example_dir}/README.md
+foreach(file ${docs}/PLUGIN_GUIDE.md ${docs}/CONFORMANCE.md ${docs}/ARCHITECTURE.md ${example_dir}/CMakeLists.txt
+             ${example_dir}/README.md
              ${example_dir}/ddp_engine.cpp ${example_dir}/ddp_engine.h ${example_dir}/plugin.cpp
              ${example_dir}/plugin.toml.in)
   if(NOT EXISTS ${file})
