@@ -82,6 +82,7 @@ void FSDPEngine::initialize() {
   // A forward-only engine (verl's reference policy) holds no optimizer state and no schedule, as verl's builds none.
   if (!args_.engine.forward_only) build_optimizer();
   place_offloaded_state();
+  wire_optimizer_step();
   if (!args_.engine.forward_only) build_lr_scheduler();
   // No gradient held until the first backward, as FSDP2 starts (every param.grad None): engine.module reads None,
   // and the shard gradients' memory is spent only once a backward writes them.

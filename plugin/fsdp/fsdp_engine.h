@@ -26,6 +26,7 @@
 #include "plugin/fsdp/fsdp_export.h"
 #include "plugin/fsdp/fsdp_module.h"
 #include "plugin/fsdp/lr_scheduler.h"
+#include "plugin/fsdp/optimizer_step.h"
 #include "plugin/fsdp/sharded_grad_scaler.h"
 #include "plugin/fsdp/ulysses.h"
 
@@ -165,12 +166,10 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   bool optimizer_away_ = false;
   bool grad_away_ = false;
 
-  // optimizer_step with the optimizer streamed (fsdp_engine_offload_step.cpp).
-  torch::Tensor streamed_optimizer_step();
-  // Whether that step wrote every unit's compute copy from the updated masters (FsdpUnit::compute_copy).
-  void compute_copies_written(bool written);
-  // Whether this step is skipped (the scaler's found_inf, else a non-finite norm), said once on rank 0.
-  bool skip_step(const torch::Tensor& norm, ShardedGradScaler* scaler) const;
+  // After place_offloaded_state: the optimizer step's pipeline over the units and AdamW, placed where the offload
+  // keys put the state (fsdp_engine_optim.cpp). Null without an optimizer or without FSDP units.
+  void wire_optimizer_step();
+  std::unique_ptr<OptimizerStep> optimizer_step_;
 
   // Checkpoint helpers (fsdp_checkpoint.cpp).
   void require_sharded(const std::string& what) const;
