@@ -113,7 +113,7 @@ void read_header(const Fields& f, const json& j, Metadata& m) {
   const json& contents = f.array(j, "", "contents");
   for (size_t i = 0; i < contents.size(); ++i) {
     m.contents.push_back(
-        f.one_of(contents[i], "contents[" + std::to_string(i) + "]", "", {"model", "optimizer", "extra", "hf_model"}));
+        f.one_of(contents[i], "contents[" + std::to_string(i) + "]", "", all_contents()));
   }
 }
 
@@ -155,7 +155,7 @@ Segment read_segment(const Fields& f, const json& row, const std::string& at, co
   if (!row.is_array() || row.size() != 5) f.fail(at, "must be [param, state, begin, end, offset]");
   Segment s;
   s.param = static_cast<size_t>(f.as_integer(row[0], at, "param", 0, static_cast<int64_t>(numels.size()) - 1));
-  const std::vector<std::string> states = file.content == "model"
+  const std::vector<std::string> states = file.content == kContentModel
                                                ? std::vector<std::string>{kStateParam}
                                                : std::vector<std::string>{kStateExpAvg, kStateExpAvgSq};
   s.state = f.one_of(row[1], at, "state", states);
@@ -182,7 +182,7 @@ void read_files(const Fields& f, const json& j, const std::vector<int64_t>& nume
     info.name = f.string(f.member(entry, at, "name"), at, "name");
     input::check_name_inside_dir(info.name, f.where() + ": " + Fields::join(at, "name"));
     if (!names.insert(info.name).second) f.fail(Fields::join(at, "name"), "repeats '" + info.name + "'");
-    info.content = f.one_of(f.member(entry, at, "content"), at, "content", {"model", "optimizer", "extra"});
+    info.content = f.one_of(f.member(entry, at, "content"), at, "content", file_contents());
     info.rank = f.integer(entry, at, "rank", 0, m.world_size - 1);
     info.bytes = static_cast<uint64_t>(f.integer(entry, at, "bytes", 0, kInt64Max));
     info.sha256 = f.string(f.member(entry, at, "sha256"), at, "sha256");
@@ -190,7 +190,7 @@ void read_files(const Fields& f, const json& j, const std::vector<int64_t>& nume
       f.fail(Fields::join(at, "sha256"), "is not a sha256", "64 lowercase hex digits");
     }
     const json& segments = f.array(entry, at, "segments");
-    if (info.content == "extra" && !segments.empty()) {
+    if (info.content == kContentExtra && !segments.empty()) {
       f.fail(Fields::join(at, "segments"), "must be empty in an extra file");
     }
     for (size_t i = 0; i < segments.size(); ++i) {
@@ -204,8 +204,8 @@ void read_files(const Fields& f, const json& j, const std::vector<int64_t>& nume
 // Every element of every parameter stored exactly once per state that `contents` promises.
 void check_coverage(const Fields& f, const Metadata& m, const std::vector<int64_t>& numels) {
   std::vector<std::string> states;
-  if (m.has("model")) states.push_back(kStateParam);
-  if (m.has("optimizer")) states.insert(states.end(), {kStateExpAvg, kStateExpAvgSq});
+  if (m.has(kContentModel)) states.push_back(kStateParam);
+  if (m.has(kContentOptimizer)) states.insert(states.end(), {kStateExpAvg, kStateExpAvgSq});
   std::map<std::pair<size_t, std::string>, std::vector<std::pair<int64_t, int64_t>>> stored;
   for (const auto& file : m.files) {
     for (const auto& s : file.segments) stored[{s.param, s.state}].emplace_back(s.begin, s.end);

@@ -22,6 +22,23 @@ constexpr int64_t kFormatVersion = 1;
 constexpr const char* kMetadataFile = "metadata.json";
 constexpr const char* kHfDir = "huggingface";
 
+// What a checkpoint holds, spelled only here: metadata.json's "contents", checkpoint.save_contents / load_contents
+// and the engine's ConfigSupport::checkpoint_contents. model, optimizer and extra are per-rank files
+// (FileInfo::content); hf_model is the Hugging Face directory kHfDir, which only a save writes.
+constexpr const char* kContentModel = "model";
+constexpr const char* kContentOptimizer = "optimizer";
+constexpr const char* kContentExtra = "extra";
+constexpr const char* kContentHfModel = "hf_model";
+// In the order above: those held in per-rank files (what a load can read), and every content (what a save writes).
+inline const std::vector<std::string>& file_contents() {
+  static const std::vector<std::string> names = {kContentModel, kContentOptimizer, kContentExtra};
+  return names;
+}
+inline const std::vector<std::string>& all_contents() {
+  static const std::vector<std::string> names = {kContentModel, kContentOptimizer, kContentExtra, kContentHfModel};
+  return names;
+}
+
 // Per-parameter states: the fp32 master weights (in model files) and AdamW's moments (in optimizer files).
 constexpr const char* kStateParam = "param";
 constexpr const char* kStateExpAvg = "exp_avg";
@@ -45,7 +62,7 @@ struct Segment {
 
 struct FileInfo {
   std::string name;     // relative to the checkpoint directory
-  std::string content;  // "model" | "optimizer" | "extra"
+  std::string content;  // one of file_contents()
   int64_t rank = 0;     // the world rank that wrote it
   uint64_t bytes = 0;
   std::string sha256;
@@ -58,7 +75,7 @@ struct Metadata {
   int64_t world_size = 1;
   int64_t fsdp_size = 1;  // ranks per shard group (== world_size without HSDP)
   std::string strategy;   // "fsdp" | "fsdp2" (the writer's; readers may use another)
-  std::vector<std::string> contents;  // what was saved: model, optimizer, extra, hf_model
+  std::vector<std::string> contents;  // what was saved: some of all_contents()
   std::vector<ParamInfo> params;
   std::vector<FileInfo> files;
   nlohmann::json state;   // optimizer step, lr scheduler step, grad scaler (the same on every rank)

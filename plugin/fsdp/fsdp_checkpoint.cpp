@@ -6,6 +6,7 @@
 //      temporary directory and every rank throws, the previous checkpoint untouched;
 //   4. rank 0 writes metadata.json last, fsyncs the directory, renames it into place, fsyncs the parent; only then
 //      retention removes old checkpoints (counted on disk, never the new one).
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -42,21 +43,20 @@ struct Contents {
   bool model = false, optimizer = false, extra = false, hf_model = false;
 };
 
+// A save may also ask for hf_model; a load reads per-rank files only.
 Contents parse_contents(const std::vector<std::string>& names, bool saving, const std::string& field) {
+  const std::vector<std::string>& allowed = saving ? ckpt::all_contents() : ckpt::file_contents();
   Contents c;
   for (const auto& n : names) {
-    if (n == "model") {
-      c.model = true;
-    } else if (n == "optimizer") {
-      c.optimizer = true;
-    } else if (n == "extra") {
-      c.extra = true;
-    } else if (n == "hf_model" && saving) {
-      c.hf_model = true;
-    } else {
-      throw EngineryError("unknown checkpoint content '" + n + "'", field,
-                          saving ? "model, optimizer, extra, hf_model" : "model, optimizer, extra");
+    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      throw EngineryError("unknown checkpoint content '" + n + "'", field, list);
     }
+    c.model = c.model || n == ckpt::kContentModel;
+    c.optimizer = c.optimizer || n == ckpt::kContentOptimizer;
+    c.extra = c.extra || n == ckpt::kContentExtra;
+    c.hf_model = c.hf_model || n == ckpt::kContentHfModel;
   }
   return c;
 }
@@ -85,10 +85,10 @@ nlohmann::json config_json(const EngineArgs& a, int64_t fsdp_size) {
 
 std::vector<std::string> content_names(const Contents& c) {
   std::vector<std::string> names;
-  if (c.model) names.push_back("model");
-  if (c.optimizer) names.push_back("optimizer");
-  if (c.extra) names.push_back("extra");
-  if (c.hf_model) names.push_back("hf_model");
+  if (c.model) names.push_back(ckpt::kContentModel);
+  if (c.optimizer) names.push_back(ckpt::kContentOptimizer);
+  if (c.extra) names.push_back(ckpt::kContentExtra);
+  if (c.hf_model) names.push_back(ckpt::kContentHfModel);
   return names;
 }
 
@@ -101,9 +101,10 @@ struct FileFormat {
 };
 
 const FileFormat& format_of(ckpt::FileKind kind) {
-  static const FileFormat kModel{"model", ckpt::model_file_name, {ckpt::kStateParam}};
-  static const FileFormat kOptimizer{"optimizer", ckpt::optim_file_name, {ckpt::kStateExpAvg, ckpt::kStateExpAvgSq}};
-  static const FileFormat kExtra{"extra", ckpt::extra_file_name, {}};
+  static const FileFormat kModel{ckpt::kContentModel, ckpt::model_file_name, {ckpt::kStateParam}};
+  static const FileFormat kOptimizer{ckpt::kContentOptimizer, ckpt::optim_file_name,
+                                     {ckpt::kStateExpAvg, ckpt::kStateExpAvgSq}};
+  static const FileFormat kExtra{ckpt::kContentExtra, ckpt::extra_file_name, {}};
   switch (kind) {
     case ckpt::FileKind::kModel: return kModel;
     case ckpt::FileKind::kOptimizer: return kOptimizer;
@@ -213,7 +214,7 @@ void check_replaceable(const fs::path& dir) {
   }
   std::set<std::string> ours = {ckpt::kMetadataFile};
   for (const ckpt::FileInfo& f : previous.files) ours.insert(f.name);
-  if (previous.has("hf_model")) ours.insert(ckpt::kHfDir);
+  if (previous.has(ckpt::kContentHfModel)) ours.insert(ckpt::kHfDir);
   const std::vector<std::string> foreign = durable::foreign_entries(dir, ours);
   if (!foreign.empty()) {
     std::string names;
@@ -384,8 +385,8 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
     const int64_t shard_rank = groups_.shard->rank();
     // Every fault this rank can find (coverage, missing or corrupt files, the RNG file's JSON) before any tensor
     // changes: a failed load leaves the engine as it was.
-    if (require(contents.model, "model")) reader.check_state(ckpt::kStateParam, *fsdp_, shard_rank);
-    if (require(contents.optimizer, "optimizer")) {
+    if (require(contents.model, ckpt::kContentModel)) reader.check_state(ckpt::kStateParam, *fsdp_, shard_rank);
+    if (require(contents.optimizer, ckpt::kContentOptimizer)) {
       reader.check_state(ckpt::kStateExpAvg, *fsdp_, shard_rank);
       reader.check_state(ckpt::kStateExpAvgSq, *fsdp_, shard_rank);
     }
@@ -394,7 +395,7 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
     const std::string rng_name = ckpt::extra_file_name(world.rank() % meta.world_size);
     const std::string rng_path = (fs::path(path) / rng_name).string();
     nlohmann::json rng;
-    if (require(contents.extra, "extra")) {
+    if (require(contents.extra, ckpt::kContentExtra)) {
       try {
         rng = nlohmann::json::parse(reader.read_text(rng_name));
       } catch (const nlohmann::json::exception& e) {

@@ -4,6 +4,7 @@
 #include "engine_driver/mode_offload.h"
 #include "engine_driver/precision.h"
 #include "models/model_factory.h"
+#include "plugin/fsdp/checkpoint_format.h"
 #include "support/torch_compat.h"
 
 namespace enginery {
@@ -60,7 +61,7 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   s.backend_options = {"offload_step", kOffloadOutsideModes, "fp8", kCheckpointingPolicy, kUlyssesSize};
   // engine.forward_only (verl's reference policy): no optimizer or LR schedule is built (fsdp_engine.cpp).
   s.forward_only = true;
-  s.checkpoint_contents = {"model", "optimizer", "extra", "hf_model"};
+  s.checkpoint_contents = ckpt::all_contents();
   s.checkpoint_content_subsets = true;
   return s;
 }
