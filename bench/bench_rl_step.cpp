@@ -15,7 +15,7 @@
 #include "bench/bench_common.h"
 #include "host_api/error.h"
 #include "models/safetensors.h"
-#include "trainer/losses.h"
+#include "trainer/loop/losses.h"
 
 namespace {
 

@@ -15,7 +15,8 @@
 #include "trainer/grpo/rollout_settings.h"
 #include "support/toml_guard.h"
 #include "trainer/config_schema.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
+#include "trainer/list_text.h"
 
 namespace enginery {
 namespace {
@@ -27,12 +28,6 @@ std::vector<std::string> split_key(const std::string& key) {
   std::stringstream ss(key);
   for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
   return parts;
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
 }
 
 std::string type_name(const toml::node& node) {
@@ -101,7 +96,7 @@ class TomlReader : public ConfigVisitor {
     if (n == nullptr) return;
     std::string given = string(key, *n);
     if (std::find(allowed.begin(), allowed.end(), given) == allowed.end()) {
-      throw EngineryError(key + ": unknown value '" + given + "'", where(key, *n), join(allowed));
+      throw EngineryError(key + ": unknown value '" + given + "'", where(key, *n), join_list(allowed));
     }
     value = given;
   }
@@ -287,7 +282,7 @@ class TomlReader : public ConfigVisitor {
     for (const auto& key : known_) add(key, false);
     for (const auto& key : known_tables_) add(key, true);
     std::vector<std::string> list(names.begin(), names.end());
-    return join(list);
+    return join_list(list);
   }
 
   void reject_unknown_in(const toml::table& table, const std::string& prefix) const {

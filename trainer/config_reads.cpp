@@ -2,7 +2,7 @@
 // exist for GRPO only, each offline loss reads its own loss.* keys, the built-in task's knobs need its data, and two
 // verl model keys have no reader at all.
 #include "trainer/config_schema.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 namespace enginery {
 namespace {

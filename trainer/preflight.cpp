@@ -5,7 +5,7 @@
 #include "host_api/error.h"
 #include "models/model_args.h"
 #include "trainer/grpo/rollout_settings.h"
-#include "trainer/losses.h"
+#include "trainer/loop/losses.h"
 
 namespace enginery {
 

@@ -3,7 +3,7 @@
 // divides over the ranks, and the data's token ids and lengths fit the model.
 #include <cstdint>
 
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 #include "trainer/train_config.h"
 
 namespace enginery {

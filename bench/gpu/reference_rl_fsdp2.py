@@ -4,7 +4,7 @@
 checkpointing) trains one PPO step over the batch of make_rl_batch.py, every micro-batch of --mbs rows at the
 batch's full padded length. Prints the same JSON line as bench_rl_step (valid tokens/s, peak memory, first loss).
 
-The loss is trainer/losses.cpp's ppo_policy_loss, term for term: log_probs[b, t] = log p(ids[b, t] | ids[b, <t])
+The loss is trainer/loop/losses.cpp's ppo_policy_loss, term for term: log_probs[b, t] = log p(ids[b, t] | ids[b, <t])
 (logits[:, t - 1] predict ids[:, t]); ratio = exp(clamp(log_probs - old, -20, 20)); per token
 max(-A r, -A clip(r, 1 - c, 1 + c)), and for A < 0 at most -3 A (dual clip); summed over loss_mask and divided by
 the global number of target tokens (loss_mask[:, 1:] summed over every micro-batch and rank), so the micro-batch

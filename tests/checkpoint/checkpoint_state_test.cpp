@@ -11,7 +11,7 @@
 #include "host_api/error.h"
 #include "support/durable_fs.h"
 #include "support/torch_compat.h"
-#include "trainer/checkpoint_state.h"
+#include "trainer/loop/checkpoint_state.h"
 
 namespace enginery {
 namespace {

@@ -1,4 +1,4 @@
-// Target of .jsonl training data (trainer/jsonl_row.cpp through open_dataset): every per-token field of a row.
+// Target of .jsonl training data (trainer/data/jsonl_row.cpp through open_dataset): every per-token field of a row.
 // The loss, data.truncation, data.unknown_fields and the split come from the input's first line, so one corpus
 // covers them all. A row that loads must hold what the training loop relies on (README.md, "Data files").
 #include <algorithm>
@@ -6,7 +6,7 @@
 
 #include "host_api/error.h"
 #include "tests/fuzz/targets.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 namespace enginery {
 namespace fuzz {

@@ -31,7 +31,7 @@ def rows(batch, begin, end):
 
 
 def sft_loss(model_output, data, ctx):
-    """trainer/losses.cpp's sft_loss, op for op, so the two paths agree bit for bit."""
+    """trainer/loop/losses.cpp's sft_loss, op for op, so the two paths agree bit for bit."""
     log_probs = model_output["log_probs"]
     mask = data["loss_mask"].to(log_probs.dtype)
     return -(log_probs * mask).sum() / ctx.global_num_tokens, {}

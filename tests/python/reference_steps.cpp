@@ -1,5 +1,5 @@
 // The C++ side of test_parity.py: the engine, batch and SFT loss the test drives from Python, run through the
-// host's own calls (train_batch, trainer/losses.h), each step's loss, grad norm and lr printed exactly
+// host's own calls (train_batch, trainer/loop/losses.h), each step's loss, grad norm and lr printed exactly
 // (C's %a), then a checkpoint whose model and optimizer files the test compares byte for byte.
 //
 //   python_reference_steps <plugin_dir> <checkpoint_dir> <steps> key=value...   (keys as in the config TOML)
@@ -11,7 +11,7 @@
 
 #include "host_api/error.h"
 #include "registry/plugin_loader.h"
-#include "trainer/losses.h"
+#include "trainer/loop/losses.h"
 #include "trainer/train_config.h"
 #include "engine_driver/step_loop.h"
 

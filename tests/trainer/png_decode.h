@@ -1,5 +1,5 @@
 #pragma once
-// Reads back the PNGs trainer/png_image.cpp writes (8-bit RGB, stored deflate blocks, filter 0 on every row) the
+// Reads back the PNGs trainer/plotting/png_image.cpp writes (8-bit RGB, stored deflate blocks, filter 0 on every row) the
 // long way, checking each chunk's CRC, the zlib header, every stored block's length pair and the Adler-32 with
 // gtest expectations: enough for tests to look at the pixels a plot drew.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/png_image.h"
+#include "trainer/plotting/png_image.h"
 
 namespace enginery {
 

@@ -5,8 +5,8 @@
 #include <set>
 
 #include "host_api/error.h"
-#include "trainer/checkpoint_state.h"
-#include "trainer/dataset.h"
+#include "trainer/loop/checkpoint_state.h"
+#include "trainer/data/dataset.h"
 #include "support/torch_compat.h"  // compat::remove_all
 
 namespace enginery {

@@ -13,8 +13,8 @@
 #include "support/torch_compat.h"
 #include "tests/support/shell_command.h"
 #include "tests/trainer/model_engine.h"
-#include "trainer/dataset.h"
-#include "trainer/evaluator.h"
+#include "trainer/data/dataset.h"
+#include "trainer/loop/evaluator.h"
 
 namespace enginery {
 namespace {

@@ -140,7 +140,7 @@ TEST(GrpoTemperature, OldReferenceAndNewLogProbsAreThoseOfTheSamplingDistributio
                                   static_cast<uint64_t>(c.data.seed));
   std::vector<Example> examples;
   for (int64_t i = 0; i < c.data.train_batch_size; ++i) examples.push_back(train->get(i));
-  const StepResult result = step.run(1, examples);
+  const StepRecord result = step.run(1, examples);
 
   // One infer_batch (old log-probs) and one train_batch micro-batch, both told the rollout's temperature.
   ASSERT_EQ(engine.calls().size(), 2u);

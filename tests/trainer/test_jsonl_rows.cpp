@@ -1,4 +1,4 @@
-// Every per-token field of a .jsonl row is checked against the row (trainer/jsonl_row.cpp, README "Data files"):
+// Every per-token field of a .jsonl row is checked against the row (trainer/data/jsonl_row.cpp, README "Data files"):
 // attention_mask and length mark right padding, which is dropped (the same batch as the row written without it),
 // masks are 0/1, a row must have a target, a field nothing reads is refused by name unless data.unknown_fields =
 // "ignore", and data.truncation decides what happens to a row longer than data.max_length. Each error names the
@@ -11,7 +11,7 @@
 
 #include "host_api/error.h"
 #include "support/torch_compat.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 namespace enginery {
 namespace {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trainer/losses.h"
+#include "trainer/loop/losses.h"
 
 namespace enginery {
 namespace {

@@ -15,8 +15,8 @@
 #include "host_api/error.h"
 #include "support/torch_compat.h"  // compat::remove_all
 #include "tests/trainer/png_decode.h"
-#include "trainer/metrics_log.h"
-#include "trainer/plot.h"
+#include "trainer/loop/metrics_log.h"
+#include "trainer/plotting/plot.h"
 
 namespace enginery {
 namespace {

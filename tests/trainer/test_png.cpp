@@ -5,9 +5,9 @@
 #include <fstream>
 
 #include "tests/trainer/png_decode.h"
-#include "trainer/metrics_log.h"
-#include "trainer/plot.h"
-#include "trainer/png_image.h"
+#include "trainer/loop/metrics_log.h"
+#include "trainer/plotting/plot.h"
+#include "trainer/plotting/png_image.h"
 #include "support/torch_compat.h"  // compat::remove_all
 
 namespace enginery {

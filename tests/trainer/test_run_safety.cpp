@@ -12,10 +12,10 @@
 
 #include "host_api/error.h"
 #include "support/torch_compat.h"  // compat::remove_all
-#include "trainer/checkpoint_state.h"
-#include "trainer/dataset.h"
-#include "trainer/metrics_log.h"
-#include "trainer/run_dir.h"
+#include "trainer/loop/checkpoint_state.h"
+#include "trainer/data/dataset.h"
+#include "trainer/loop/metrics_log.h"
+#include "trainer/loop/run_dir.h"
 
 namespace enginery {
 namespace {

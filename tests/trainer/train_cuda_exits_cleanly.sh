@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A short training run on cuda ends with exit 0 and without c10d's "destroy_process_group() was not called"
-# warning: the trainer shuts its NCCL world group down after a finished run (trainer/train_loop.cpp). Exit 77
+# warning: the trainer shuts its NCCL world group down after a finished run (trainer/loop/train_loop.cpp). Exit 77
 # (ctest: skipped) without a GPU. Usage: train_cuda_exits_cleanly.sh ENGINERY_EXE DEMO_TOML
 set -u
 exe=$1 config=$2

@@ -7,15 +7,10 @@
 #include "conformance/rank_worker.h"
 #include "launch/spawn.h"
 #include "trainer/command.h"
+#include "trainer/list_text.h"
 
 namespace enginery {
 namespace {
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
 
 const CommandRegistration kConformance(
     "conformance", "Run the engine conformance suite against the plugins of a directory",
@@ -28,7 +23,7 @@ const CommandRegistration kConformance(
       sub.add_option("--device", options->device, "only cpu or cuda");
       sub.add_option("--model", options->model_path, "model.path handed to the engines")->capture_default_str();
       sub.add_option("--check", options->check_filter,
-                     "glob(s) over check names, ':'-separated; checks: " + join(conformance::check_names()))
+                     "glob(s) over check names, ':'-separated; checks: " + join_list(conformance::check_names()))
           ->capture_default_str();
       sub.add_flag("--list", options->list_only, "list the checks and why each would be skipped; run nothing");
       // Hidden: how the multi-rank check starts this executable as one rank.

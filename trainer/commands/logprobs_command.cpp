@@ -11,8 +11,8 @@
 #include "models/sequence_scores.h"
 #include "support/durable_fs.h"
 #include "trainer/command.h"
-#include "trainer/dataset.h"
-#include "trainer/token_file.h"
+#include "trainer/data/dataset.h"
+#include "trainer/data/token_file.h"
 
 namespace enginery {
 namespace {

@@ -1,12 +1,12 @@
 // `enginery plot <output dir> [-o file.png]`: loss and accuracy of a training run as a PNG; with several
 // directories (each optionally LABEL=DIR), the runs overlaid, one colour per label (seed and dtype sweeps). The
-// output never replaces an input or a file that is not a PNG (trainer/plot.h).
+// output never replaces an input or a file that is not a PNG (trainer/plotting/plot.h).
 #include <filesystem>
 #include <iostream>
 
 #include "host_api/error.h"
 #include "trainer/command.h"
-#include "trainer/plot.h"
+#include "trainer/plotting/plot.h"
 
 namespace enginery {
 namespace {

@@ -11,8 +11,8 @@
 #include "trainer/command.h"
 #include "trainer/engine_factory.h"
 #include "trainer/preflight.h"
-#include "trainer/run_dir.h"
-#include "trainer/train_loop.h"
+#include "trainer/loop/run_dir.h"
+#include "trainer/loop/train_loop.h"
 
 namespace enginery {
 namespace {

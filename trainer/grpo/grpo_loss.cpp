@@ -1,7 +1,7 @@
 #include "trainer/grpo/grpo_loss.h"
 
 #include "host_api/error.h"
-#include "trainer/losses.h"
+#include "trainer/loop/losses.h"
 
 namespace enginery {
 namespace grpo {
@@ -20,7 +20,7 @@ PolicyLossOptions policy_loss_options(const ActorSection& a) {
 
 LossResult policy_loss(const ModelOutput& output, const Batch& batch, const LossContext& ctx,
                        const PolicyLossOptions& o) {
-  // The clipped term is the offline PPO loss's (trainer/losses.h), written once.
+  // The clipped term is the offline PPO loss's (trainer/loop/losses.h), written once.
   LossResult result = ppo_policy_loss(output, batch, ctx, o.clip_low, o.clip_high, o.clip_c);
   const torch::Tensor& log_probs = output.log_probs;
   const torch::Tensor mask = batch.at("loss_mask").to(log_probs.dtype());

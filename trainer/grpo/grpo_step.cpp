@@ -1,12 +1,14 @@
 #include "trainer/grpo/grpo_step.h"
+#include "trainer/grpo/progress.h"
 
 #include <chrono>
 
 #include "host_api/error.h"
 #include "models/generation.h"
-#include "trainer/addition_task.h"
+#include "trainer/data/addition_task.h"
 #include "trainer/collectives.h"
 #include "trainer/grpo/advantages.h"
+#include "trainer/grpo/progress.h"
 #include "trainer/grpo/rollout_data.h"
 #include "trainer/grpo/rollout_settings.h"
 #include "engine_driver/step_loop.h"
@@ -177,7 +179,7 @@ std::map<std::string, double> GrpoStep::reduce(const Rollout& r, std::vector<dou
   return m;
 }
 
-StepResult GrpoStep::run(int64_t step, const std::vector<Example>& examples) {
+StepRecord GrpoStep::run(int64_t step, const std::vector<Example>& examples) {
   const auto start = Clock::now();
   const std::string at_step = " at step " + std::to_string(step);
   std::map<std::string, double> timing;
@@ -187,13 +189,21 @@ StepResult GrpoStep::run(int64_t step, const std::vector<Example>& examples) {
   auto t = Clock::now();
   std::map<std::string, double> updated = update(rollout.batch, at_step);
   timing["timing_s/update_actor"] = seconds_since(t);
-  StepResult result;
-  result.metrics = reduce(rollout, std::move(sums), std::move(updated), at_step);
-  result.tokens = result.metrics["total_tokens"];
-  result.metrics.erase("total_tokens");
+  StepRecord r;
+  r.metrics = reduce(rollout, std::move(sums), std::move(updated), at_step);
+  r.tokens = r.metrics["total_tokens"];
+  r.metrics.erase("total_tokens");
   timing["timing_s/step"] = seconds_since(start);
-  for (const auto& entry : timing) result.metrics[entry.first] = entry.second;  // rank 0's clock, as verl's driver
-  return result;
+  for (const auto& entry : timing) r.metrics[entry.first] = entry.second;  // rank 0's clock, as verl's driver
+  r.seconds = r.metrics.at("timing_s/step");
+  r.loss = r.metrics.count("actor/pg_loss") ? r.metrics.at("actor/pg_loss") : 0.0;
+  r.grad_norm = r.metrics.at("actor/grad_norm");
+  r.lr = r.metrics.at("actor/lr");
+  return r;
+}
+
+std::string GrpoStep::progress_line(const StepProgress& at, const StepRecord& r) const {
+  return format_progress(at.step, at.total, r.metrics, at.eta_s);
 }
 
 }  // namespace grpo

@@ -11,28 +11,26 @@
 #include <vector>
 
 #include "host_api/base_engine.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 #include "trainer/grpo/grpo_loss.h"
 #include "trainer/grpo/policy_copy.h"
 #include "trainer/grpo/step_plan.h"
+#include "trainer/loop/training_step.h"
 #include "trainer/train_config.h"
 
 namespace enginery {
 namespace grpo {
 
-struct StepResult {
-  std::map<std::string, double> metrics;  // verl's names (critic/score/mean, actor/pg_clipfrac, timing_s/gen, ...)
-  double tokens = 0.0;                    // real tokens of all ranks' sequences
-};
-
-class GrpoStep {
+// "loss" and "grad_norm" of its record repeat actor/pg_loss and actor/grad_norm for `enginery plot` and the summary.
+class GrpoStep final : public TrainingStep {
  public:
   GrpoStep(const TrainConfig& config, BaseEngine& engine, CommGroupPtr group, torch::Device device, int64_t rank,
            int64_t world_size);
 
-  // Collective. `examples`: this rank's prompts of the step (its share of data.train_batch_size). Every rank gets
-  // the same metrics back.
-  StepResult run(int64_t step, const std::vector<Example>& examples);
+  // Collective. `examples`: this rank's prompts of the step. The record's metrics carry verl's names
+  // (critic/score/mean, actor/pg_clipfrac, timing_s/gen, ...); every rank gets the same back.
+  StepRecord run(int64_t step, const std::vector<Example>& examples) override;
+  std::string progress_line(const StepProgress& at, const StepRecord& record) const override;
 
  private:
   struct Rollout {

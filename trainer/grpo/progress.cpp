@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "trainer/metrics_log.h"
+#include "trainer/loop/metrics_log.h"
 
 namespace enginery {
 namespace grpo {

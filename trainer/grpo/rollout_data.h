@@ -8,7 +8,7 @@
 
 #include "host_api/batch.h"
 #include "models/generation.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 namespace enginery {
 namespace grpo {

@@ -6,7 +6,7 @@
 
 #include "models/generation.h"
 #include "models/generation_settings.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 #include "trainer/train_config.h"
 
 namespace enginery {

@@ -1,6 +1,6 @@
 #include "trainer/grpo/step_plan.h"
 
-#include "trainer/addition_task.h"
+#include "trainer/data/addition_task.h"
 
 namespace enginery {
 namespace grpo {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "host_api/batch.h"
-#include "trainer/addition_task.h"
+#include "trainer/data/addition_task.h"
 
 namespace enginery {
 
@@ -35,9 +35,9 @@ struct TokenLimits {
   std::string model;          // which model, for messages: "model.path = ..."
 };
 
-// How .jsonl rows are read (README.md, "Data files"; trainer/jsonl_row.h checks each row against it).
+// How .jsonl rows are read (README.md, "Data files"; trainer/data/jsonl_row.h checks each row against it).
 struct JsonlOptions {
-  // The per-token float arrays the loss reads (trainer/losses.h required_inputs): every training row carries
+  // The per-token float arrays the loss reads (trainer/loop/losses.h required_inputs): every training row carries
   // them; a validation row may (evaluation reads none of them, so they are checked, then dropped).
   std::vector<std::string> loss_inputs;
   bool require_loss_inputs = true;

@@ -1,11 +1,11 @@
-#include "trainer/token_file.h"
+#include "trainer/data/token_file.h"
 
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 
 #include "host_api/error.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 namespace enginery {
 

@@ -1,4 +1,4 @@
-#include "trainer/png_image.h"
+#include "trainer/plotting/png_image.h"
 
 #include <algorithm>
 #include <array>

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "host_api/base_engine.h"
-#include "trainer/addition_task.h"
-#include "trainer/dataset.h"
+#include "trainer/data/addition_task.h"
+#include "trainer/data/dataset.h"
 
 namespace enginery {
 

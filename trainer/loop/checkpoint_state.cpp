@@ -1,4 +1,4 @@
-#include "trainer/checkpoint_state.h"
+#include "trainer/loop/checkpoint_state.h"
 
 #include <nlohmann/json.hpp>
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 namespace enginery {
 

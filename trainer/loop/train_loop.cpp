@@ -1,4 +1,4 @@
-#include "trainer/train_loop.h"
+#include "trainer/loop/train_loop.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,19 +13,18 @@
 #include "launch/rendezvous.h"
 #include "launch/world_group.h"
 #include "support/durable_fs.h"
-#include "trainer/checkpoint_state.h"
+#include "trainer/loop/checkpoint_state.h"
 #include "trainer/collectives.h"
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 #include "trainer/engine_factory.h"
-#include "trainer/evaluator.h"
+#include "trainer/loop/evaluator.h"
 #include "trainer/grpo/grpo_step.h"
-#include "trainer/grpo/progress.h"
 #include "trainer/grpo/rollout_settings.h"
 #include "trainer/grpo/step_plan.h"
-#include "trainer/losses.h"
-#include "trainer/metrics_log.h"
+#include "trainer/loop/sft_step.h"
+#include "trainer/loop/losses.h"
+#include "trainer/loop/metrics_log.h"
 #include "trainer/preflight.h"
-#include "engine_driver/step_loop.h"
 #include "engine_driver/mode_guard.h"
 
 namespace fs = std::filesystem;
@@ -197,8 +196,9 @@ void print_eval(const EvalResult& r, int64_t step) {
   if (!failed.empty()) std::cerr << "warning: eval step " << step << ": " << failed << "\n" << std::flush;
 }
 
-// The loop from the step after `start` to the last: one train_batch per step, rank 0's progress lines and
-// metrics, evaluations and checkpoints at their frequencies, and the summary at the end.
+// The loop from the step after `start` to the last: one algorithm step (trainer/loop/training_step.h) per step,
+// rank 0's metrics line and progress line for either, evaluations and checkpoints at their frequencies, and the
+// summary at the end.
 class TrainingLoop {
  public:
   TrainingLoop(const TrainConfig& config, const RankEnv& env, TrainInputs& inputs, const Evaluation& eval,
@@ -208,9 +208,7 @@ class TrainingLoop {
  private:
   void evaluate(int64_t step);
   void train_step(int64_t step);
-  void grpo_train_step(int64_t step);
-  void record_step(int64_t step, const BatchOutput& out, const std::vector<double>& sums, double grad_norm,
-                   double step_seconds, double tokens_per_s);
+  void record_step(int64_t step, const StepRecord& record);
   void save_checkpoint(int64_t step);
   void write_summary();
 
@@ -225,7 +223,7 @@ class TrainingLoop {
   const std::string out_dir_;
   const int64_t start_;
   std::optional<MetricsLog> metrics_;
-  std::unique_ptr<grpo::GrpoStep> grpo_;  // algorithm.adv_estimator = grpo
+  std::unique_ptr<TrainingStep> step_;  // SFT, or GRPO with algorithm.adv_estimator = grpo
   EvalContext eval_ctx_;
   RunSummary summary_;
   bool first_eval_ = true;
@@ -255,7 +253,9 @@ TrainingLoop::TrainingLoop(const TrainConfig& config, const RankEnv& env, TrainI
   eval_ctx_.world_size = env.world_size;
   eval_ctx_.rows_per_call = std::max<int64_t>(64, config_.engine.micro_batch_size_per_gpu);
   if (config_.is_grpo()) {
-    grpo_ = std::make_unique<grpo::GrpoStep>(config_, engine_, group_, device_, env.rank, env.world_size);
+    step_ = std::make_unique<grpo::GrpoStep>(config_, engine_, group_, device_, env.rank, env.world_size);
+  } else {
+    step_ = std::make_unique<SftStep>(config_, engine_, group_, device_, env.rank, inputs_.loss_fn, inputs_.required);
   }
   summary_.output_dir = out_dir_;
 }
@@ -283,90 +283,35 @@ void TrainingLoop::evaluate(int64_t step) {
 }
 
 void TrainingLoop::train_step(int64_t step) {
-  if (grpo_) return grpo_train_step(step);
-  const auto step_start = Clock::now();
   std::vector<Example> examples;
   for (int64_t index : inputs_.sampler.indices(step - 1)) examples.push_back(inputs_.train->get(index));
-  Batch batch = collate(examples);
-  for (const auto& name : inputs_.required) {
-    if (!batch.has(name)) {
-      throw EngineryError("loss.type = " + config_.loss.type + " needs \"" + name + "\" in every example",
-                          config_.data.train_files, "per-token arrays in the .jsonl rows");
-    }
-  }
-  const std::string at_step = " at step " + std::to_string(step);
-  BatchOutput out = guard_collective("engine train_batch" + at_step, rank_, [&] {
-    auto mode = train_mode(engine_);
-    return train_batch(engine_, batch, inputs_.loss_fn);
-  });
-  const double local_loss = out.loss.defined() ? out.loss.item<double>() : 0.0;
-  const auto sums = all_reduce(group_,
-                               {local_loss, batch.at("attention_mask").sum().item<double>(),
-                                batch.at("loss_mask").sum().item<double>()},
-                               c10d::ReduceOp::SUM, device_, "all-reduce of the step metrics" + at_step);
-  const double grad_norm = out.grad_norm.defined() ? out.grad_norm.item<double>() : 0.0;
-  const double step_seconds = seconds_since(step_start);
-  train_seconds_ += step_seconds;
-  tokens_done_ += sums[1];
-  const double tokens_per_s = train_seconds_ > 0 ? tokens_done_ / train_seconds_ : 0.0;
-  if (lead_) record_step(step, out, sums, grad_norm, step_seconds, tokens_per_s);
+  const StepRecord record = step_->run(step, examples);
+  train_seconds_ += record.seconds;
+  tokens_done_ += record.tokens;
+  if (lead_) record_step(step, record);
 }
 
 // Rank 0: the step's metrics line, the summary's running values, and the progress line at log_freq.
-void TrainingLoop::record_step(int64_t step, const BatchOutput& out, const std::vector<double>& sums,
-                               double grad_norm, double step_seconds, double tokens_per_s) {
+void TrainingLoop::record_step(int64_t step, const StepRecord& r) {
   const int64_t total = inputs_.total;
+  const double tokens_per_s = train_seconds_ > 0 ? tokens_done_ / train_seconds_ : 0.0;
   nlohmann::json line = {{"step", step},
                          {"epoch", inputs_.sampler.epoch_of(step - 1)},
-                         {"loss", sums[0]},
-                         {"grad_norm", grad_norm},
-                         {"lr", out.lr},
-                         {"tokens_per_s", tokens_per_s},
-                         {"tokens", sums[1]},
-                         {"target_tokens", sums[2]},
-                         {"step_time_s", step_seconds}};
-  for (const auto& [name, value] : out.metrics) line[name] = value.item<double>();
-  metrics_->write(line);
-  if (first_step_) summary_.first_loss = sums[0];
-  first_step_ = false;
-  summary_.last_loss = sums[0];
-  summary_.steps = step;
-  if (step % config_.trainer.log_freq == 0 || step == total || step == start_ + 1) {
-    StepLine progress{step, total, sums[0], grad_norm, out.lr, tokens_per_s,
-                      train_seconds_ / static_cast<double>(step - start_) * static_cast<double>(total - step)};
-    std::cout << format_step(progress) << "\n" << std::flush;
-  }
-}
-
-// One GRPO step (trainer/grpo/grpo_step.h) on this rank's prompts; rank 0 records verl's metrics and its own
-// progress line. "loss" and "grad_norm" repeat actor/pg_loss and actor/grad_norm for `enginery plot` and the summary.
-void TrainingLoop::grpo_train_step(int64_t step) {
-  std::vector<Example> examples;
-  for (int64_t index : inputs_.sampler.indices(step - 1)) examples.push_back(inputs_.train->get(index));
-  const grpo::StepResult r = grpo_->run(step, examples);
-  const double step_seconds = r.metrics.at("timing_s/step");
-  train_seconds_ += step_seconds;
-  tokens_done_ += r.tokens;
-  if (!lead_) return;
-  const double pg_loss = r.metrics.count("actor/pg_loss") ? r.metrics.at("actor/pg_loss") : 0.0;
-  nlohmann::json line = {{"step", step},
-                         {"epoch", inputs_.sampler.epoch_of(step - 1)},
-                         {"loss", pg_loss},
-                         {"grad_norm", r.metrics.at("actor/grad_norm")},
-                         {"lr", r.metrics.at("actor/lr")},
+                         {"loss", r.loss},
+                         {"grad_norm", r.grad_norm},
+                         {"lr", r.lr},
                          {"tokens", r.tokens},
-                         {"tokens_per_s", train_seconds_ > 0 ? tokens_done_ / train_seconds_ : 0.0},
-                         {"step_time_s", step_seconds}};
+                         {"tokens_per_s", tokens_per_s},
+                         {"step_time_s", r.seconds}};
   for (const auto& [name, value] : r.metrics) line[name] = value;
   metrics_->write(line);
-  if (first_step_) summary_.first_loss = pg_loss;
+  if (first_step_) summary_.first_loss = r.loss;
   first_step_ = false;
-  summary_.last_loss = pg_loss;
+  summary_.last_loss = r.loss;
   summary_.steps = step;
-  const int64_t total = inputs_.total;
   if (step % config_.trainer.log_freq == 0 || step == total || step == start_ + 1) {
     const double eta = train_seconds_ / static_cast<double>(step - start_) * static_cast<double>(total - step);
-    std::cout << grpo::format_progress(step, total, r.metrics, eta) << "\n" << std::flush;
+    std::cout << step_->progress_line(StepProgress{step, total, tokens_per_s, eta}, r) << "\n" << std::flush;
   }
 }
 

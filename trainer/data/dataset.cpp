@@ -1,4 +1,4 @@
-#include "trainer/dataset.h"
+#include "trainer/data/dataset.h"
 
 #include <nlohmann/json.hpp>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "host_api/error.h"
-#include "trainer/jsonl_row.h"
+#include "trainer/data/jsonl_row.h"
 
 namespace enginery {
 namespace {
@@ -48,7 +48,7 @@ class AdditionDataset : public Dataset {
 
 constexpr int kMaxRowDepth = 8;
 
-// One JSON object per line, each checked by parse_jsonl_row (trainer/jsonl_row.h).
+// One JSON object per line, each checked by parse_jsonl_row (trainer/data/jsonl_row.h).
 class JsonlDataset : public Dataset {
  public:
   JsonlDataset(const std::string& path, int64_t max_length, const TokenLimits& limits, const JsonlOptions& options)

@@ -1,4 +1,4 @@
-#include "trainer/plot.h"
+#include "trainer/plotting/plot.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "host_api/error.h"
-#include "trainer/png_image.h"
+#include "trainer/plotting/png_image.h"
 
 namespace enginery {
 namespace {

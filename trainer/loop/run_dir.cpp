@@ -1,4 +1,4 @@
-#include "trainer/run_dir.h"
+#include "trainer/loop/run_dir.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +9,7 @@
 
 #include "host_api/error.h"
 #include "support/durable_fs.h"
-#include "trainer/checkpoint_state.h"
+#include "trainer/loop/checkpoint_state.h"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "trainer/addition_task.h"
+#include "trainer/data/addition_task.h"
 
 namespace enginery {
 

@@ -1,4 +1,4 @@
-#include "trainer/jsonl_row.h"
+#include "trainer/data/jsonl_row.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,17 +7,12 @@
 #include <set>
 
 #include "host_api/error.h"
+#include "trainer/list_text.h"
 
 namespace enginery {
 namespace {
 
 const char* kMaskAllowed = "0 or 1 (or false / true) per token";
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
 
 // The entry `t` of a per-token field, for messages: "loss_mask[3] = -1".
 std::string entry(const std::string& field, size_t t, const nlohmann::json& value) {
@@ -169,7 +164,7 @@ void check_field_names(const nlohmann::json& row, const std::string& where, cons
 std::string allowed_row_fields(const JsonlOptions& options) {
   std::vector<std::string> names = kBaseRowFields;
   names.insert(names.end(), options.loss_inputs.begin(), options.loss_inputs.end());
-  return join(names);
+  return join_list(names);
 }
 
 Example parse_jsonl_row(const nlohmann::json& row, const std::string& where, int64_t max_length,
@@ -197,7 +192,7 @@ Example parse_jsonl_row(const nlohmann::json& row, const std::string& where, int
     if (!row.contains(name)) {
       if (!options.require_loss_inputs) continue;
       throw EngineryError(options.loss_name + " reads \"" + name + "\", which this row lacks", where,
-                          "rows with " + join(options.loss_inputs));
+                          "rows with " + join_list(options.loss_inputs));
     }
     std::vector<float> values = float_field(row, name, n, where);
     // evaluation reads none: a val row's are checked only

@@ -1,10 +1,10 @@
-#include "trainer/evaluator.h"
+#include "trainer/loop/evaluator.h"
 
 #include <cmath>
 
 #include "host_api/error.h"
 #include "trainer/collectives.h"
-#include "trainer/losses.h"
+#include "trainer/loop/losses.h"
 #include "engine_driver/step_loop.h"
 
 namespace enginery {

@@ -1,4 +1,4 @@
-#include "trainer/losses.h"
+#include "trainer/loop/losses.h"
 
 #include "host_api/error.h"
 

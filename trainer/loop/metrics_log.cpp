@@ -1,4 +1,4 @@
-#include "trainer/metrics_log.h"
+#include "trainer/loop/metrics_log.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,0 +1,14 @@
+#pragma once
+// "a, b, c": how the trainer's messages list allowed values and names.
+#include <string>
+#include <vector>
+
+namespace enginery {
+
+inline std::string join_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+}  // namespace enginery
