@@ -241,7 +241,7 @@ void publish_checkpoint(const fs::path& tmp, const fs::path& final_path, const c
 void FSDPEngine::require_sharded(const std::string& what) const {
   require_trainable(what);  // verl never checkpoints its reference policy; its state is the model path's
   if (!fsdp_ || !optimizer_) {
-    throw EngineryError(what + " before initialize() (or on an engine without FSDP units)",
+    throw EngineryError(what + " before initialize()",
                         "fsdp engine, rank " + std::to_string(args_.rank));
   }
   require_resident(what, true, true, true);  // collectives and files read the state where the engine computes

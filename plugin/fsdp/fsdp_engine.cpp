@@ -79,6 +79,11 @@ void FSDPEngine::initialize() {
                                   "engine." + args_.engine.strategy + "." + kUlyssesSize);
   if (ulysses_size_ > 1) ulysses_ = UlyssesGroups::create(args_, ulysses_size_);
   shard_model();
+  if (!fsdp_) {
+    throw EngineryError("shard_model() built no FSDP module: every FSDPEngine trains sharded units",
+                        where(args_, "engine.strategy"),
+                        "an override of shard_model() that calls build_fsdp_module() or builds fsdp_ itself");
+  }
   check_precision_supported();
   // A forward-only engine (verl's reference policy) holds no optimizer state and no schedule, as verl's builds none.
   if (!args_.engine.forward_only) build_optimizer();
@@ -87,7 +92,7 @@ void FSDPEngine::initialize() {
   if (!args_.engine.forward_only) build_lr_scheduler();
   // No gradient held until the first backward, as FSDP2 starts (every param.grad None): engine.module reads None,
   // and the shard gradients' memory is spent only once a backward writes them.
-  if (fsdp_) fsdp_->zero_grad();
+  fsdp_->zero_grad();
   set_training(is_training());
   // Outside the mode contexts the state lives on the host; the first train_mode()/eval_mode() brings it back.
   if (offload_outside_modes_) move_state(torch::kCPU, /*model=*/true, /*optimizer=*/true, /*grad=*/true);
@@ -130,22 +135,17 @@ void FSDPEngine::check_precision_supported() const {
                       args_.device == "cpu" ? "bf16, fp32 on this build's CPU" : "bf16, fp16, fp32");
 }
 
-const Collectives& FSDPEngine::world_collectives() {
-  if (!groups_.world) groups_.world = std::make_shared<Collectives>(args_.world_group, args_.rank, args_.world_size);
-  return *groups_.world;
+FsdpModule& FSDPEngine::sharded_module(const std::string& what) const {
+  if (!fsdp_) throw EngineryError(what + " before initialize()", where(args_, "initialize"));
+  return *fsdp_;
 }
 
 void FSDPEngine::build_optimizer() {
-  if (!fsdp_) {
-    throw EngineryError("the default optimizer runs on the FSDP master shards; a subclass that skips "
-                        "build_fsdp_module must override build_optimizer",
-                        where(args_, "optim"));
-  }
   if (args_.optim.optimizer != "AdamW") {
     throw EngineryError("unknown optimizer '" + args_.optim.optimizer + "'", where(args_, "optim.optimizer"), "AdamW");
   }
   std::vector<torch::Tensor> params, grads;
-  for (auto& u : fsdp_->units()) {
+  for (auto& u : sharded_module("build_optimizer").units()) {
     params.push_back(u.shard());
     grads.push_back(u.shard_grad());
   }

@@ -5,11 +5,12 @@
 // initialize() runs four steps a subclass can reshape (the VeOmni engine takes its own build path):
 //   build_model()          virtual: the ModelBuilder given at construction, else models::build_model
 //   shard_model()          virtual: build_fsdp_module(), which sets the precision and the scaler
-//                          (BaseEngine::set_precision) and shards
+//                          (BaseEngine::set_precision) and shards; an override builds the FsdpModule its own way
+//                          (VeOmni scatters the shards from rank 0), and initialize() refuses one that built none
 //   build_optimizer()      virtual: AdamW over the fp32 master shards
 //   build_lr_scheduler()   virtual
-// BaseEngine's constructor already set autocast bf16 and no scaler, so a subclass whose shard_model() skips
-// build_fsdp_module is valid and runs forward_step on its unsharded model.
+// BaseEngine's constructor already set autocast bf16 and no scaler, which stand for an override of shard_model()
+// that never calls set_precision.
 #include <torch/torch.h>
 
 #include <functional>
@@ -133,15 +134,17 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   void require_trainable(const std::string& what) const;
   // Throws EngineryError naming `what` when a part it needs (model, optimizer, grad) is offloaded.
   void require_resident(const std::string& what, bool model, bool optimizer, bool grad) const;
-  // The data-parallel world group (built on first use when build_fsdp_module was skipped).
-  const Collectives& world_collectives();
+  // The sharded module, for `what`: throws EngineryError naming it before initialize() built the module.
+  FsdpModule& sharded_module(const std::string& what) const;
+  // The data-parallel world group (shard_model() built it with the module).
+  const Collectives& world_collectives() const { return *groups_.world; }
 
   EngineArgs args_;
   ModelBuilder model_builder_;
   torch::Device device_;
   std::shared_ptr<models::DecoderModel> model_;
   DpGroups groups_;
-  std::unique_ptr<FsdpModule> fsdp_;  // null when a subclass skips build_fsdp_module
+  std::unique_ptr<FsdpModule> fsdp_;  // built by shard_model(); null only before initialize()
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<LrScheduler> lr_scheduler_;
   ShardingLayout layout_;

@@ -51,7 +51,7 @@ void move_in_place(const std::vector<torch::Tensor*>& tensors, const torch::Devi
 // waiting in the host loop's token-count all-reduce.
 void FSDPEngine::move_state(const torch::Device& device, bool model, bool optimizer, bool grad) {
   if (!fsdp_ || (!optimizer_ && !args_.engine.forward_only)) {
-    throw EngineryError("to() before initialize() (or on an engine without FSDP units)", where_of(args_));
+    throw EngineryError("to() before initialize()", where_of(args_));
   }
   optimizer = optimizer && optimizer_;  // a forward-only engine has no optimizer state to move
   const std::string allowed = device_.is_cuda() ? "cpu, " + device_.str() : std::string("cpu");

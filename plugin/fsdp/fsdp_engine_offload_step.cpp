@@ -25,13 +25,13 @@ bool FSDPEngine::host_step_wanted(const EngineConfig& engine) {
 void FSDPEngine::place_offloaded_state() {
   const bool params = args_.engine.param_offload, state = args_.engine.optimizer_offload;
   if (!params && !state) return;
-  if (fsdp_ && !optimizer_ && args_.engine.forward_only) {  // nothing but the masters to keep on the host
+  if (!optimizer_ && args_.engine.forward_only) {  // nothing but the masters to keep on the host
     if (params) fsdp_->keep_masters_on_host(std::make_shared<CopyStream>(device_));
     return;
   }
-  if (!fsdp_ || !optimizer_) {
+  if (!optimizer_) {
     throw EngineryError("param_offload / optimizer_offload move the FSDP master shards and AdamW's state; this "
-                        "engine has neither",
+                        "engine built no optimizer",
                         "fsdp engine (" + args_.engine.strategy + "), rank " + std::to_string(args_.rank) +
                             ", engine.param_offload");
   }

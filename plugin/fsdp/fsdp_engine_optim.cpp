@@ -9,15 +9,11 @@ namespace fsdp {
 void FSDPEngine::optimizer_zero_grad() {
   // The released gradient takes the master shard's device: both must be home.
   require_resident("optimizer_zero_grad", /*model=*/true, /*optimizer=*/false, /*grad=*/true);
-  if (fsdp_) {
-    fsdp_->zero_grad();
-    return;
-  }
-  for (auto& p : model_->parameters()) p.mutable_grad().reset();
+  sharded_module("optimizer_zero_grad").zero_grad();
 }
 
 void FSDPEngine::wire_optimizer_step() {
-  if (!optimizer_ || !fsdp_) return;
+  if (!optimizer_) return;
   // place_offloaded_state made the optimizer streamed where engine.param_offload / optimizer_offload asked for it.
   const StepPlacement placement = !optimizer_->streamed() ? StepPlacement::kResident
                                   : host_optimizer_step_  ? StepPlacement::kOnHost

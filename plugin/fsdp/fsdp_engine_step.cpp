@@ -10,7 +10,7 @@ namespace fsdp {
 
 MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn& loss_fn, const LossContext& ctx,
                                           bool forward_only) {
-  if (!model_) throw EngineryError("forward_step before initialize()", "fsdp engine, rank " + std::to_string(args_.rank));
+  FsdpModule& module = sharded_module("forward_step");
   models::ModelInputs inputs;
   // The packed micro-batch (host_api/batch.h's [Note: packed batch]); cu_seqlens is read on the host.
   inputs.input_ids = micro_batch.at("input_ids").to(device_);
@@ -36,9 +36,9 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
     // fp32 turns autocast off; the scope clears the autocast cache when it ends.
     RECORD_USER_SCOPE("enginery::forward");
     compat::AutocastScope autocast(device_.type(), autocast_dtype());
-    result.output = model_->forward(inputs, head, fsdp_.get());
+    result.output = model_->forward(inputs, head, &module);
   }
-  if (fsdp_ && !backward) fsdp_->after_forward_only();
+  if (!backward) module.after_forward_only();
 
   if (loss_fn) {
     LossResult loss = loss_fn(result.output, micro_batch.to(device_), ctx);
@@ -50,12 +50,12 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
   if (backward) {
     {
       RECORD_USER_SCOPE("enginery::backward");
-      if (fsdp_) fsdp_->before_backward(sync_grads);
+      module.before_backward(sync_grads);
       GradScaler* scaler = grad_scaler();
       (scaler ? scaler->scale(result.loss) : result.loss).backward();
     }
     RECORD_USER_SCOPE("enginery::after_backward");
-    if (fsdp_) fsdp_->after_backward(sync_grads);
+    module.after_backward(sync_grads);
   }
   return result;
 }

@@ -50,42 +50,17 @@ class UnitShardStream final : public ShardStream {
   size_t next_unit_ = 0;
 };
 
-// A subclass that skipped build_fsdp_module holds the whole model on every rank: each piece is the full tensor.
-class UnshardedShardStream final : public ShardStream {
- public:
-  UnshardedShardStream(models::DecoderModel& model, c10::ScalarType dtype) : model_(model), dtype_(dtype) {}
-
-  std::vector<LocalShard> next() override {
-    torch::NoGradGuard no_grad;
-    if (done_) return {};
-    done_ = true;
-    std::vector<LocalShard> group;
-    for (const auto& item : model_.named_parameters()) {
-      const auto& p = item.value();
-      group.push_back({item.key(), p.sizes().vec(), 0, p.detach().reshape({-1}).to(dtype_, false, /*copy=*/true)});
-    }
-    return group;
-  }
-
- private:
-  models::DecoderModel& model_;
-  c10::ScalarType dtype_;
-  bool done_ = false;
-};
-
 }  // namespace
 
 ShardPlacement FSDPEngine::shard_placement() const {
-  if (!fsdp_) return {{args_.rank}, args_.rank == 0};
-  const DpGroups& groups = fsdp_->groups();
+  const DpGroups& groups = sharded_module("shard_placement").groups();
   return {groups.shard_ranks(), groups.replicate->rank() == 0};
 }
 
 // No residency check, unlike the weight export: nothing is gathered, so pieces are read from the master wherever it
 // is (host memory after to("cpu") or with engine.param_offload), which is where a delta sync between steps finds it.
 std::unique_ptr<ShardStream> FSDPEngine::export_shards(c10::ScalarType dtype) {
-  if (!fsdp_) return std::make_unique<UnshardedShardStream>(*model_, dtype);
-  return std::make_unique<UnitShardStream>(*fsdp_, *model_, dtype);
+  return std::make_unique<UnitShardStream>(sharded_module("shard export"), *model_, dtype);
 }
 
 }  // namespace fsdp

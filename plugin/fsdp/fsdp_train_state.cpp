@@ -14,22 +14,14 @@ namespace fsdp {
 
 std::vector<LocalParameter> FSDPEngine::local_parameters() {
   torch::NoGradGuard no_grad;
+  FsdpModule& module = sharded_module("local_parameters");
   std::vector<LocalParameter> out;
-  if (!fsdp_) {  // a subclass that skipped build_fsdp_module: every rank holds the whole model
-    for (const auto& item : model_->named_parameters()) {
-      const torch::Tensor& p = item.value();
-      const torch::Tensor& g = p.grad();
-      out.push_back({item.key(), p.sizes().vec(), 0, p.detach().view({-1}),
-                     g.defined() ? g.view({-1}) : torch::Tensor()});
-    }
-    return out;
-  }
   // Gradients a single reduction left in bf16 (FsdpUnit::set_keep_exact_bf16_grads) become fp32 first, as before an
   // unscale or a clip: the views then are the storage the next step reads, so a write through them reaches it.
   if (optimizer_) optimizer_->promote_grads_to_param_dtype();
   HfParamNames hf_names(*model_);
-  const int64_t shard_rank = fsdp_->groups().shard->rank();
-  for (FsdpUnit& unit : fsdp_->units()) {
+  const int64_t shard_rank = module.groups().shard->rank();
+  for (FsdpUnit& unit : module.units()) {
     const ShardLayout& layout = unit.layout();
     torch::Tensor& shard = unit.shard();  // the writable master: a write makes the unit re-derive its compute copy
     const bool has_grad = unit.holds_shard_grad();

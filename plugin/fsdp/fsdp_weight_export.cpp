@@ -35,31 +35,11 @@ class UnitWeightStream final : public WeightStream {
   size_t next_unit_ = 0;
 };
 
-// A subclass that skipped build_fsdp_module holds the whole model on every rank: one group, cast where needed.
-class UnshardedWeightStream final : public WeightStream {
- public:
-  UnshardedWeightStream(models::DecoderModel& model, c10::ScalarType dtype) : model_(model), dtype_(dtype) {}
-
-  std::vector<NamedTensor> next() override {
-    if (done_) return {};
-    done_ = true;
-    std::vector<NamedTensor> group;
-    for (const auto& item : model_.named_parameters()) group.push_back({item.key(), item.value().detach().to(dtype_)});
-    return group;
-  }
-
- private:
-  models::DecoderModel& model_;
-  c10::ScalarType dtype_;
-  bool done_ = false;
-};
-
 }  // namespace
 
 std::unique_ptr<WeightStream> FSDPEngine::export_weights(c10::ScalarType dtype) {
   require_resident("weight export", /*model=*/true, /*optimizer=*/false, /*grad=*/false);
-  if (!fsdp_) return std::make_unique<UnshardedWeightStream>(*model_, dtype);
-  return std::make_unique<UnitWeightStream>(*fsdp_, *model_, dtype);
+  return std::make_unique<UnitWeightStream>(sharded_module("weight export"), *model_, dtype);
 }
 
 void FSDPEngine::get_per_tensor_param(

@@ -102,11 +102,10 @@ TEST_P(PrecisionTest, ForwardComputesInTheDtype) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, PrecisionTest, ::testing::Values("fsdp", "fsdp2"));
 
-// A subclass that takes its own build path (as the VeOmni engine does) and never calls build_fsdp_module.
+// A subclass, to reach the base's one precision setter (set_precision is protected).
 class OwnPathEngine : public fsdp::FSDPEngine {
  public:
   using FSDPEngine::FSDPEngine;
-  void initialize() override { model_ = build_model(); }
   // What a subclass may do to the precision: only through the base's one setter.
   void try_precision(c10::ScalarType dtype, bool with_scaler, ScalerMode configured) {
     std::unique_ptr<GradScaler> scaler;
@@ -115,26 +114,26 @@ class OwnPathEngine : public fsdp::FSDPEngine {
   }
 };
 
-TEST(PrecisionSubclass, SkippingBuildFsdpModuleKeepsBf16AndNoScaler) {
-  std::shared_ptr<TinyDecoder> model;
-  auto args = make_args("fsdp2", "fp16");  // never read: the subclass skips the base's build
-  OwnPathEngine engine(args, tiny_builder(tiny(), &model));
-  EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
-  EXPECT_EQ(engine.grad_scaler(), nullptr);
-  engine.initialize();
-  EXPECT_EQ(engine.autocast_dtype(), c10::kBFloat16);
-  EXPECT_EQ(engine.grad_scaler(), nullptr);
-  std::vector<c10::ScalarType> seen;
-  model->probe = [&](size_t unit, const torch::Tensor& t) {
-    if (unit > 0) seen.push_back(t.scalar_type());
-  };
-  Batch b = make_batch(2, 8, 64, 2);
-  const torch::Tensor loss = forward_backward_batch(engine, b, sft_loss, /*forward_only=*/false).loss;
-  ASSERT_FALSE(seen.empty());
-  for (auto s : seen) EXPECT_EQ(s, c10::kBFloat16);
-  EXPECT_TRUE(std::isfinite(loss.item<double>()));
-  // Its (unsharded, fp32) parameters got gradients.
-  for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
+// Every FSDPEngine trains sharded units: an override of shard_model() that builds no FsdpModule (neither through
+// build_fsdp_module nor its own, as VeOmni's) is refused by initialize(), by name, before the optimizer is built.
+class NoModuleEngine : public fsdp::FSDPEngine {
+ public:
+  using FSDPEngine::FSDPEngine;
+
+ protected:
+  void shard_model() override {}
+};
+
+TEST(PrecisionSubclass, ShardModelThatBuildsNoModuleIsRefused) {
+  NoModuleEngine engine(make_args("fsdp2", "bf16"), tiny_builder(tiny()));
+  try {
+    engine.initialize();
+    ADD_FAILURE() << "an engine without FSDP units initialized";
+  } catch (const EngineryError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard_model() built no FSDP module"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(engine.fsdp_module(), nullptr);
+  EXPECT_EQ(engine.optimizer(), nullptr);
 }
 
 // The rule of host_api 2.0: fp16 never runs without a scaler unless the user said "never"; the refusal leaves the
