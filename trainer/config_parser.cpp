@@ -315,16 +315,10 @@ class TomlReader : public ConfigVisitor {
   std::map<std::string, std::string> spelled_;  // schema key -> the verl spelling it was read from
 };
 
-// Applies one "a.b.c=value" override to the document; `flag_prefix` + text is where errors point ("--set ").
-void apply_override(toml::table& root, const std::string& text, std::map<std::string, std::string>& flags,
-                    const std::string& flag_prefix) {
-  const std::string flag = flag_prefix + text;
-  const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    throw EngineryError("expected key=value", flag, "dotted keys such as trainer.total_training_steps=100");
-  }
-  const std::string key = text.substr(0, eq);
-  const std::string value_text = text.substr(eq + 1);
+// Puts `value` at dotted `key` of the document, making its tables on the way; `flag` is where errors point and what
+// later errors about the key name.
+void set_value(toml::table& root, const std::string& key, const toml::node& value,
+               std::map<std::string, std::string>& flags, const std::string& flag) {
   std::vector<std::string> parts = split_key(key);
   for (const auto& part : parts) {
     if (part.empty()) throw EngineryError("empty key component in '" + key + "'", flag);
@@ -346,6 +340,19 @@ void apply_override(toml::table& root, const std::string& text, std::map<std::st
     if (!next->is_table()) throw EngineryError("'" + walked + "' is not a table", flag);
     table = next->as_table();
   }
+  table->insert_or_assign(parts.back(), value);
+  flags[key] = flag;
+}
+
+// Applies one "a.b.c=value" override to the document; `flag_prefix` + text is where errors point ("--set ").
+void apply_override(toml::table& root, const std::string& text, std::map<std::string, std::string>& flags,
+                    const std::string& flag_prefix) {
+  const std::string flag = flag_prefix + text;
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw EngineryError("expected key=value", flag, "dotted keys such as trainer.total_training_steps=100");
+  }
+  const std::string value_text = text.substr(eq + 1);
   // The value in TOML syntax (numbers, booleans, quoted strings, arrays); anything else is a bare string, so
   // `--set data.train_files=train.jsonl` needs no quotes.
   // Text that TOML++ would crash on (support/toml_guard.h) is not TOML here either: a plain string too.
@@ -359,8 +366,31 @@ void apply_override(toml::table& root, const std::string& text, std::map<std::st
   } catch (const EngineryError&) {
     parsed = toml::table{{"v", value_text}};
   }
-  table->insert_or_assign(parts.back(), *parsed.get("v"));
-  flags[key] = flag;
+  set_value(root, text.substr(0, eq), *parsed.get("v"), flags, flag);
+}
+
+// A typed value as the document's node: held in a one-entry table, whose "v" set_value copies.
+toml::table as_node(const ConfigValue& value) {
+  auto scalar = [](toml::array* into, toml::table* holder, const ScalarValue& v) {
+    std::visit(
+        [&](const auto& x) {
+          if (into != nullptr) {
+            into->push_back(x);
+          } else {
+            holder->insert_or_assign("v", x);
+          }
+        },
+        v);
+  };
+  toml::table holder;
+  if (const auto* list = std::get_if<ConfigList>(&value)) {
+    toml::array array;
+    for (const auto& item : *list) scalar(&array, nullptr, item);
+    holder.insert_or_assign("v", std::move(array));
+  } else {
+    scalar(nullptr, &holder, std::get<ScalarValue>(value));
+  }
+  return holder;
 }
 
 // A collective timeout must be a real duration: below 0.1 s every collective would fail, and c10d counts it in
@@ -504,11 +534,9 @@ void reject_unread(const TrainConfig& c) {
   }
 }
 
-// The overrides applied to `root`, then the schema's walk and every check; `source` names the document.
-TrainConfig parse_document(toml::table& root, const std::string& source, const std::vector<std::string>& overrides,
-                           const std::string& flag_prefix) {
-  std::map<std::string, std::string> flags;
-  for (const auto& override_text : overrides) apply_override(root, override_text, flags, flag_prefix);
+// The schema's walk over `root` and every check; `flags` hold where each key set by an override or a value was set
+// (errors point there), `source` names the document.
+TrainConfig read_document(toml::table& root, const std::string& source, std::map<std::string, std::string> flags) {
   TrainConfig config;
   config.source = source;
   TomlReader reader(root, source, flags, &config.origins);
@@ -517,6 +545,14 @@ TrainConfig parse_document(toml::table& root, const std::string& source, const s
   reject_unread(config);
   check_values(config);
   return config;
+}
+
+// The overrides applied to `root`, then read_document.
+TrainConfig parse_document(toml::table& root, const std::string& source, const std::vector<std::string>& overrides,
+                           const std::string& flag_prefix) {
+  std::map<std::string, std::string> flags;
+  for (const auto& override_text : overrides) apply_override(root, override_text, flags, flag_prefix);
+  return read_document(root, source, std::move(flags));
 }
 
 }  // namespace
@@ -550,6 +586,14 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
 TrainConfig train_config_from_overrides(const std::vector<std::string>& overrides, const std::string& source) {
   toml::table root;
   return parse_document(root, source, overrides, source + " ");
+}
+
+TrainConfig train_config_from_values(const std::vector<std::pair<std::string, ConfigValue>>& values,
+                                     const std::string& source) {
+  toml::table root;
+  std::map<std::string, std::string> flags;
+  for (const auto& [key, value] : values) set_value(root, key, *as_node(value).get("v"), flags, source + " " + key);
+  return read_document(root, source, std::move(flags));
 }
 
 }  // namespace enginery

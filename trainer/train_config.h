@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <utility>
+#include <variant>
+
 #include "host_api/config.h"
 
 namespace enginery {
@@ -141,8 +144,17 @@ struct TrainConfig {
 // allowed.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // The same parse and checks for a document made of `overrides` alone (every other key at its default), for callers
-// without a file (the Python module's config dict). Errors name "<source> <key>=<value>".
+// without a file. Errors name "<source> <key>=<value>".
 TrainConfig train_config_from_overrides(const std::vector<std::string>& overrides, const std::string& source);
+
+// A typed value of a config key, as a host without TOML text holds it (the Python module's config dict): a scalar
+// or a list of scalars.
+using ConfigList = std::vector<ScalarValue>;
+using ConfigValue = std::variant<ScalarValue, ConfigList>;
+// The same parse and checks for a document of these dotted keys and values, with no TOML text in between. Errors
+// name "<source> <key>".
+TrainConfig train_config_from_values(const std::vector<std::pair<std::string, ConfigValue>>& values,
+                                     const std::string& source);
 
 // The fully resolved configuration (every key, defaults included) as TOML that load_train_config reads back.
 std::string to_toml(const TrainConfig& config);

@@ -12,7 +12,6 @@ Configuration keys are verl's, spelled as the dotted keys of the trainer's TOML 
 "optim.lr", ...), flat or as nested dicts ({"optim": {"lr": 1e-4}}); the same parser reads both, so an unknown
 key, a wrong type, or a value the engine does not implement raises EngineryError naming the key.
 """
-import math
 import os
 import sys
 import warnings
@@ -129,11 +128,10 @@ def new_engine(model_type, backend, device="cpu", config=None):
     """Builds the engine registered for (model_type, backend, device) from `config` (verl's keys; None values mean
     the default). Over several processes it uses the default group of torch.distributed.init_process_group, which
     must exist before this call; alone, none is needed. Call initialize() next."""
-    overrides = [f"{key}={_toml_value(key, value)}" for key, value in _flatten(config or {}, "").items()
-                 if value is not None]
+    values = [(key, value) for key, value in _flatten(config or {}, "").items() if value is not None]
     group, store = _default_group(device)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    return _enginery._new_engine(model_type, backend, device, overrides, group, store, local_rank)
+    return _enginery._new_engine(model_type, backend, device, values, group, store, local_rank)
 
 
 def _flatten(config, prefix):
@@ -147,40 +145,6 @@ def _flatten(config, prefix):
         else:
             flat[name] = value
     return flat
-
-
-def _toml_value(key, value):
-    """`value` in TOML syntax, as the trainer's `--set key=value` reads it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(key, item) for item in value) + "]"
-    if isinstance(value, torch.dtype):
-        return _toml_string(str(value).replace("torch.", ""))
-    raise EngineryError(f"new_engine config: {key} is a {type(value).__name__} "
-                        "(allowed: bool, int, float, str, list, dict, torch.dtype)")
-
-
-def _toml_string(text):
-    escaped = []
-    for char in text:
-        if char in ('"', "\\"):
-            escaped.append("\\" + char)
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            escaped.append(f"\\u{ord(char):04X}")
-        else:
-            escaped.append(char)
-    return '"' + "".join(escaped) + '"'
 
 
 def _default_group(device):

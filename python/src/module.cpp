@@ -147,12 +147,12 @@ PYBIND11_MODULE(_enginery, m) {
   m.def("_engine_config_keys", &enginery::python::engine_config_keys);
   m.def(
       "_new_engine",
-      [](std::string model_type, std::string backend, std::string device, std::vector<std::string> overrides,
+      [](std::string model_type, std::string backend, std::string device, const py::list& config,
          const py::object& group, const py::object& store, int64_t local_rank) {
         const EngineRequest request{std::move(model_type), std::move(backend), std::move(device),
-                                    std::move(overrides), local_rank};
+                                    enginery::python::from_python_config(config), local_rank};
         return enginery::python::new_engine(request, group, store);
       },
-      py::arg("model_type"), py::arg("backend"), py::arg("device"), py::arg("overrides"), py::arg("group"),
+      py::arg("model_type"), py::arg("backend"), py::arg("device"), py::arg("config"), py::arg("group"),
       py::arg("store"), py::arg("local_rank"));
 }

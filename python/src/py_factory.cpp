@@ -1,8 +1,6 @@
 #include "python/src/py_factory.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -27,8 +25,6 @@ EngineRegistry& registry() {
   static EngineRegistry* instance = new EngineRegistry();
   return *instance;
 }
-
-std::string key_of(const std::string& override_text) { return override_text.substr(0, override_text.find('=')); }
 
 bool is_engine_key(const std::string& key) {
   const std::string section = key.substr(0, key.find('.'));
@@ -72,35 +68,32 @@ class EngineKeys final : public ConfigVisitor {
 };
 
 // verl's optim.total_training_steps, which the trainer computes itself and so is not in the TOML schema.
-int64_t total_steps(const std::string& override_text) {
-  const std::string value = override_text.substr(override_text.find('=') + 1);
-  char* end = nullptr;
-  errno = 0;
-  const long long steps = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || steps < 0 || errno == ERANGE) {
-    throw EngineryError("optim.total_training_steps = " + value + " is not a step count",
-                        std::string(kConfigSource) + " " + override_text, "an integer >= 0");
+int64_t total_steps(const ConfigValue& value) {
+  const ScalarValue* scalar = std::get_if<ScalarValue>(&value);
+  const int64_t* steps = scalar != nullptr ? std::get_if<int64_t>(scalar) : nullptr;
+  if (steps == nullptr || *steps < 0) {
+    throw EngineryError("optim.total_training_steps is not a step count",
+                        std::string(kConfigSource) + " optim.total_training_steps", "an integer >= 0");
   }
-  return steps;
+  return *steps;
 }
 
 TrainConfig parse_config(const EngineRequest& request) {
-  std::vector<std::string> overrides;
+  std::vector<std::pair<std::string, ConfigValue>> values;
   std::optional<int64_t> steps;
   bool strategy_given = false;
-  for (const auto& text : request.overrides) {
-    const std::string key = key_of(text);
+  for (const auto& [key, value] : request.values) {
     if (key == "optim.total_training_steps") {
-      steps = total_steps(text);
+      steps = total_steps(value);
       continue;
     }
     check_engine_key(key);
     strategy_given = strategy_given || key == "engine.strategy";
-    overrides.push_back(text);
+    values.emplace_back(key, value);
   }
   // verl's engine_config carries the backend as `strategy` too; the two must agree.
-  if (!strategy_given) overrides.push_back("engine.strategy=\"" + request.backend + "\"");
-  TrainConfig config = train_config_from_overrides(overrides, kConfigSource);
+  if (!strategy_given) values.emplace_back("engine.strategy", ScalarValue(request.backend));
+  TrainConfig config = train_config_from_values(values, kConfigSource);
   if (config.engine.strategy != request.backend) {
     throw EngineryError("engine.strategy = '" + config.engine.strategy + "' disagrees with the backend argument '" +
                             request.backend + "'",
@@ -108,6 +101,27 @@ TrainConfig parse_config(const EngineRequest& request) {
   }
   if (steps) config.optim.total_training_steps = *steps;
   return config;
+}
+
+// One scalar of the config dict; `key` names it in the refusal.
+ScalarValue scalar_from_python(const std::string& key, const py::handle& value) {
+  if (py::isinstance<py::bool_>(value)) return value.cast<bool>();
+  if (py::isinstance<py::int_>(value)) {
+    try {
+      return value.cast<int64_t>();
+    } catch (const py::cast_error&) {
+      throw EngineryError(key + " = " + py::str(value).cast<std::string>() + " does not fit 64 bits",
+                          std::string(kConfigSource) + " " + key, "an integer of 64 bits");
+    }
+  }
+  if (py::isinstance<py::float_>(value)) return value.cast<double>();
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  if (THPDtype_Check(value.ptr())) {
+    const std::string name = py::str(value).cast<std::string>();  // "torch.bfloat16"
+    return name.substr(name.rfind('.') + 1);
+  }
+  throw EngineryError(key + " is a " + py::str(py::type::of(value).attr("__name__")).cast<std::string>(),
+                      std::string(kConfigSource) + " " + key, "bool, int, float, str, list, dict, torch.dtype");
 }
 
 void set_group(EngineArgs& args, const py::object& group, const py::object& store) {
@@ -124,6 +138,23 @@ void set_group(EngineArgs& args, const py::object& group, const py::object& stor
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, ConfigValue>> from_python_config(const py::list& items) {
+  std::vector<std::pair<std::string, ConfigValue>> values;
+  for (const py::handle& item : items) {
+    const auto pair = item.cast<py::tuple>();
+    const std::string key = pair[0].cast<std::string>();
+    const py::handle value = pair[1];
+    if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+      ConfigList list;
+      for (const py::handle& element : value) list.push_back(scalar_from_python(key, element));
+      values.emplace_back(key, std::move(list));
+    } else {
+      values.emplace_back(key, scalar_from_python(key, value));
+    }
+  }
+  return values;
+}
 
 std::vector<std::string> engine_config_keys() {
   TrainConfig defaults;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "python/src/py_engine.h"
+#include "trainer/train_config.h"
 
 namespace enginery {
 namespace python {
@@ -26,11 +27,15 @@ struct EngineRequest {
   std::string model_type;
   std::string backend;
   std::string device;
-  std::vector<std::string> overrides;  // "key=value", value in TOML syntax
+  std::vector<std::pair<std::string, ConfigValue>> values;  // dotted key -> typed value (from_python_config)
   int64_t local_rank = 0;
 };
 
-// Parses the overrides (only model.*, engine.*, optim.*, checkpoint.* and verl's optim.total_training_steps), and
+// The config dict's (dotted key, value) pairs as typed values: bool, int, float, str, torch.dtype (its name) or a
+// list of those; any other type is refused by name.
+std::vector<std::pair<std::string, ConfigValue>> from_python_config(const py::list& items);
+
+// Parses the values (only model.*, engine.*, optim.*, checkpoint.* and verl's optim.total_training_steps), and
 // builds the engine through the registry, which refuses keys it does not honour. Errors name the offending key.
 // `group` / `store`: the caller's torch.distributed default group (the c10d class the engines talk to) and its
 // store, or None for a single process. The engine checks its batches' token ids against the model's vocabulary

@@ -13,7 +13,9 @@ REFERENCE_EXE = os.environ.get("ENGINERY_PYTHON_REFERENCE", "")
 
 
 def cpp_steps(checkpoint, steps):
-    overrides = [f"{key}={enginery._toml_value(key, value)}" for key, value in common.CONFIG.items()]
+    # The C++ host reads `--set`-style overrides: TOML values (common.CONFIG holds strings and numbers).
+    overrides = [f'{key}="{value}"' if isinstance(value, str) else f"{key}={value!r}"
+                 for key, value in common.CONFIG.items()]
     run = subprocess.run([REFERENCE_EXE, common.PLUGIN_DIR, str(checkpoint), str(steps), "engine.strategy=fsdp",
                           *overrides], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
