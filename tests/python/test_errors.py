@@ -26,6 +26,20 @@ def test_bad_config_key_is_named(extra, named):
     assert isinstance(error.value, RuntimeError)
 
 
+def test_config_values_arrive_typed_and_other_types_are_refused_by_key():
+    """The dict's values reach the config reader as values, not TOML text: a string that would parse as a TOML
+    number stays a string (refused for a number key), a torch.dtype gives its name, and a value of another type, or
+    an int beyond 64 bits, is refused naming its key."""
+    with pytest.raises(enginery.EngineryError, match=r"new_engine config optim\.lr"):
+        engine_with({"optim.lr": "1e-2"})
+    engine_with({"engine.mixed_precision.param_dtype": torch.float32})
+    with pytest.raises(enginery.EngineryError, match=r"optim\.lr is a object .*allowed: bool, int, float, str"):
+        engine_with({"optim.lr": object()})
+    too_big = r"new_engine config engine\.micro_batch_size_per_gpu: .*does not fit 64 bits"
+    with pytest.raises(enginery.EngineryError, match=too_big):
+        engine_with({"engine.micro_batch_size_per_gpu": 2 ** 70})
+
+
 def test_a_bad_cuda_kernel_switch_is_refused_when_the_engine_is_made(monkeypatch):
     # not at the first kernel call inside a forward: the verl path refuses it where `enginery train` does
     monkeypatch.setenv("ENGINERY_CUDA_KERNELS", "swiglu,no_such_kernel")
