@@ -13,8 +13,8 @@
 //     norm (an inf or nan in any gradient, or a sum of squares beyond fp32, which needs gradients above 1e19).
 //     Unscale and clip become multipliers the update applies to each staged gradient as it passes, in the
 //     resident order (AdamW::step_streamed, AdamW::step_on_host).
-// Each placement keeps its own order of floating-point operations, so each is bitwise what it was when the two
-// were written separately (resume and the offload tests compare them bitwise).
+// Each placement keeps its own order of floating-point operations: on the same values the resident and streamed
+// steps agree bitwise (tests/fsdp/fsdp_param_offload_test.cpp), and a resumed run continues bitwise.
 #include <torch/torch.h>
 
 #include <vector>
