@@ -27,7 +27,10 @@ bool takes_context(const py::object& fn) {
 ModeContext::ModeContext(std::shared_ptr<BaseEngine> engine, bool training, ModeOptions options)
     : engine_(std::move(engine)), training_(training), options_(options) {}
 
+// The guards may move the whole state to or from the device (offload_outside_modes) and zero the gradients: without
+// the GIL, as the engine's own to() and optimizer_zero_grad() run, so the process's other Python threads go on.
 void ModeContext::enter() {
+  py::gil_scoped_release release;
   guard_.emplace(training_ ? enginery::train_mode(*engine_, options_) : enginery::eval_mode(*engine_, options_));
 }
 
@@ -35,6 +38,7 @@ void ModeContext::exit(bool raised) {
   if (!guard_) return;
   ModeGuard guard = std::move(*guard_);
   guard_.reset();
+  py::gil_scoped_release release;
   guard.end(raised);
 }
 

@@ -72,7 +72,8 @@ int64_t total_steps(const ConfigValue& value) {
   const ScalarValue* scalar = std::get_if<ScalarValue>(&value);
   const int64_t* steps = scalar != nullptr ? std::get_if<int64_t>(scalar) : nullptr;
   if (steps == nullptr || *steps < 0) {
-    throw EngineryError("optim.total_training_steps is not a step count",
+    const std::string given = steps != nullptr ? std::to_string(*steps) : "a value of another type";
+    throw EngineryError("optim.total_training_steps = " + given + " is not a step count",
                         std::string(kConfigSource) + " optim.total_training_steps", "an integer >= 0");
   }
   return *steps;

@@ -427,7 +427,7 @@ def test_offload_outside_modes_moves_the_state_around_each_outermost_context():
     prompts, responses = verl_common.sequences()
     data = verl_common.verl_batch(prompts, responses)
     outside = _storage(engine)
-    assert engine.mode is None
+    assert outside and engine.mode is None
     with engine.train_mode():
         inside = _storage(engine)
         assert all(a != b for a, b in zip(inside, outside)) and engine.mode == "train"
@@ -519,6 +519,7 @@ def test_disable_auto_offload_leaves_the_moves_to_the_caller():
     prompts, responses = verl_common.sequences()
     engine.to("cpu")  # verl's worker.to("device") / to("cpu") around such a block; on the CPU both are the host
     placed = _storage(engine)
+    assert placed
     with engine.train_mode(disable_auto_offload=True):
         assert _storage(engine) == placed
         engine.train_batch(verl_common.verl_batch(prompts, responses), verl_common.sft_loss)

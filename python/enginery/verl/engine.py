@@ -74,12 +74,13 @@ class EngineryVerlEngine:
         sections["engine"].pop("strategy", None)
         # Backend options of enginery's ([engine.<backend>]) that verl's engine config carries flat: verl's
         # FSDPEngineConfig field, and offload_outside_modes (state in host memory outside the modes, which the
-        # engine's mode guards move). Ulysses size 1 (off) is left out, so that a backend without it (veomni)
-        # accepts verl's default.
+        # engine's mode guards move). Each at its off value (of its own type: True is not a size 1) is left out, so
+        # that a backend without the option accepts verl's default.
         flat = {key: sections["engine"].pop(key) for key in (_ULYSSES, "offload_outside_modes")
                 if key in sections["engine"]}
-        if flat.get(_ULYSSES) == 1:
-            del flat[_ULYSSES]
+        for key, off in ((_ULYSSES, 1), ("offload_outside_modes", False)):
+            if key in flat and type(flat[key]) is type(off) and flat[key] == off:
+                del flat[key]
         if flat:
             sections["engine"][self.backend] = {**sections["engine"].get(self.backend, {}), **flat}
         self._data_parallel = None  # built by initialize() (collective)
