@@ -192,12 +192,20 @@ WEIGHT_ATOL = 1e-5
 # be at most twice verl's own in that format, plus one rounding (the unit roundoff u, 2^-8 for bf16's 8-bit
 # significand, 2^-11 for fp16's 11) of the reference value. A kernel computing in less precision than asked, a lost
 # fp32 accumulation or a wrong scale gives errors many times verl's.
+# [Note: one metric, one accuracy] A step's per-micro-batch values of one metric (its losses, its ppo_kl) are bounded
+# by verl's largest error on that metric in the step, not each by verl's error on that one micro-batch: verl's error on
+# one value is one draw of its rounding. ppo_kl is a mean of differences of log-probs near -4.85, so its rounding
+# scales with those, not with the 0.03 result; on the H100 (2026-12-07) verl's fp16 errors on the two micro-batches
+# were 7.5e-5 and 0.7e-6, enginery's 4.5e-5 and 3.8e-5, and a per-value bound failed on verl's lucky draw alone.
 UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
 
 
-def assert_as_accurate_as_verl(got, verl, reference, dtype, what):
+def assert_as_accurate_as_verl(got, verl, reference, dtype, what, verl_error=None):
+    """verl_error: verl's error that bounds each value (default: its error on that value)."""
     got, verl, reference = (torch.as_tensor(x, dtype=torch.float64).flatten() for x in (got, verl, reference))
-    bound = 2 * (verl - reference).abs() + UNIT_ROUNDOFF[dtype] * reference.abs() + 1e-6
+    if verl_error is None:
+        verl_error = (verl - reference).abs()
+    bound = 2 * verl_error + UNIT_ROUNDOFF[dtype] * reference.abs() + 1e-6
     error = (got - reference).abs()
     assert bool((error <= bound).all()), (what, f"enginery's error {error.max():.3g}, verl's "
                                                 f"{(verl - reference).abs().max():.3g}", got, verl, reference)
@@ -211,12 +219,16 @@ def ppo_run(backend, path, dtype):
     return steps, weights(engine), infer(engine, infer_batch_data(1))
 
 
-def scalars(out):
-    """A step's numbers: each micro-batch's loss, the grad norm, then verl's actor metrics."""
-    values = list(out["loss"]) + [out["metrics"]["grad_norm"]]
+def metrics(out):
+    """A step's numbers by metric: the micro-batches' losses, the grad norm, verl's actor metrics."""
+    values = {"loss": list(out["loss"]), "grad_norm": [out["metrics"]["grad_norm"]]}
     for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl"):
-        values += metric_values(out["metrics"][key])
+        values[key] = metric_values(out["metrics"][key])
     return values
+
+
+def scalars(out):
+    return [v for values in metrics(out).values() for v in values]
 
 
 def test_ppo_loss_train_batch_fp32_equals_verl_fsdp2(tiny_model_dir):
@@ -243,8 +255,11 @@ def test_ppo_loss_train_batch_in_low_precision_as_accurate_as_verl_fsdp2(tiny_mo
     reference, verl, got = (ppo_run(backend, tiny_model_dir, d)
                             for backend, d in (("fsdp2", "fp32"), ("fsdp2", dtype), ("enginery_fsdp2", dtype)))
     for step in range(len(STEPS)):
-        assert_as_accurate_as_verl(scalars(got[0][step]), scalars(verl[0][step]), scalars(reference[0][step]),
-                                   dtype, f"step {step}")
+        want = metrics(reference[0][step])
+        for key, verl_values in metrics(verl[0][step]).items():  # [Note: one metric, one accuracy]
+            verl_error = max(abs(float(v) - float(r)) for v, r in zip(verl_values, want[key]))
+            assert_as_accurate_as_verl(metrics(got[0][step])[key], verl_values, want[key], dtype,
+                                       f"step {step} {key}", verl_error)
     largest = lambda run: max(float((run[1][n] - t).abs().max()) for n, t in reference[1].items())  # noqa: E731
     assert_as_accurate_as_verl(largest(got), largest(verl), 0.0, dtype, "weights")
     for what, index in (("log_probs", 0), ("entropy", 1)):
