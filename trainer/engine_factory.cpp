@@ -65,13 +65,6 @@ PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<Plugin
   return report;
 }
 
-void set_engine_settings(EngineArgs& args, const TrainConfig& config) {
-  args.model = config.model;
-  args.engine = config.engine;
-  args.optim = config.optim;
-  args.checkpoint = config.checkpoint;
-}
-
 namespace {
 
 // A refusal of the registry names the config key as its "where"; the user wants the file:line:col (or --set flag)
@@ -96,18 +89,17 @@ void check_config_honoured(const EngineRegistry& registry, const EngineKey& key,
 }
 
 // GRPO takes its old, reference and new log-probs at rollout.temperature, through the batch's `temperature`
-// (docs/ARCHITECTURE.md, "One step", Temperature); an engine whose manifest lacks the capability would take them at 1, and
-// the PPO ratio would compare another distribution than the one sampled from.
+// (docs/ARCHITECTURE.md, "One step", Temperature); an engine that did not declare the capability would take them at 1,
+// and the PPO ratio would compare another distribution than the one sampled from.
 void check_temperature_honoured(const EngineRegistry& registry, const EngineKey& key, const TrainConfig& config) {
   if (!config.is_grpo() || config.rollout.temperature == 1.0) return;
   for (const auto& info : registry.list()) {
     if (info.key.str() != key.str()) continue;
-    const auto& caps = info.capabilities;
-    if (std::find(caps.begin(), caps.end(), "temperature") != caps.end()) return;
+    if (info.declared.temperature) return;
     std::ostringstream what;
     what << "rollout.temperature = " << config.rollout.temperature << ": GRPO computes its log-probs at the "
          << "rollout's temperature, and engine " << key.str() << " (" << info.origin.str()
-         << ") does not apply one (its manifest lacks the capability 'temperature')";
+         << ") does not apply one (it does not declare the capability 'temperature')";
     throw EngineryError(what.str(), config.where("rollout.temperature"),
                         "rollout.temperature = 1, or an engine whose plugin declares the capability 'temperature'");
   }

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "config/engine_settings.h"
 #include "host_api/base_engine.h"
 #include "registry/engine_registry.h"
 #include "registry/plugin_loader.h"
-#include "trainer/train_config.h"
 
 namespace enginery {
 
@@ -28,9 +28,6 @@ std::string build_tree_plugin_dir();
 
 // "cuda" when trainer.device is cuda, or auto and LibTorch sees a GPU; else "cpu".
 std::string resolve_device(const TrainConfig& config);
-
-// The sections of a run's configuration an engine reads (model, engine, optim, checkpoint), copied into its args.
-void set_engine_settings(EngineArgs& args, const TrainConfig& config);
 
 // Loads every plugin into `registry`; a rejected plugin is reported on `log` (when non-null). A required directory
 // (plugin_search_path) that gave nothing throws EngineryError naming it (check_required_dirs).

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "trainer/data/dataset.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 
@@ -14,10 +14,6 @@ void preflight_data(const TrainConfig& config, int64_t world_size, const std::st
 // Refuses [engine.<backend>] ulysses_sequence_parallel_size other than 1: this trainer gives every rank rows of its
 // own, where Ulysses needs the ranks of a sequence group to share theirs (verl's workers do; enginery.verl).
 void refuse_sequence_parallel(const TrainConfig& config);
-
-// The model's vocabulary size and max_position_embeddings (its config.json, or the built-in's), which every
-// dataset is checked against when opened.
-TokenLimits model_token_limits(const TrainConfig& config);
 
 // How .jsonl rows of `split` ("train", "val") are read under the config: the loss's per-token inputs (required in
 // training rows), the other losses' (refused with the reason), data.truncation and data.unknown_fields.

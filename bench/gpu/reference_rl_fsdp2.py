@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from reference_fsdp2 import fsdp2_model_and_optimizer, init_rank
 
-CLIP_RATIO_C = 3.0  # the trainer's dual-clip default (trainer/train_config.h)
+CLIP_RATIO_C = 3.0  # the trainer's dual-clip default (config/train_config.h)
 
 
 def rank_rows(path, rank, world):

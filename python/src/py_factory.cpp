@@ -5,13 +5,13 @@
 #include <optional>
 #include <set>
 
+#include "config/engine_settings.h"
+#include "config/model_limits.h"
+#include "config/schema.h"
+#include "config/train_config.h"
 #include "host_api/error.h"
 #include "kernels/runtime_switch.h"
 #include "registry/plugin_loader.h"
-#include "trainer/config_schema.h"
-#include "trainer/engine_factory.h"
-#include "trainer/preflight.h"
-#include "trainer/train_config.h"
 
 namespace enginery {
 namespace python {
@@ -38,7 +38,7 @@ void check_engine_key(const std::string& key) {
   }
 }
 
-// The schema's keys of the engine sections that a run reads (trainer/config_schema.h's why_not_read says which a
+// The schema's keys of the engine sections that a run reads (config/schema.h's why_not_read says which a
 // run never reads, whatever their value).
 class EngineKeys final : public ConfigVisitor {
  public:

@@ -1,13 +1,13 @@
 #pragma once
 // The Python module's door to the plugins (docs/ARCHITECTURE.md, "Plugins and packaging"): one registry per process,
-// and engines built from verl's dotted config keys through the trainer's parser (trainer/train_config.h), so a
+// and engines built from verl's dotted config keys through the trainer's parser (config/train_config.h), so a
 // key means the same in a TOML file, on the command line and in Python.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "config/train_config.h"
 #include "python/src/py_engine.h"
-#include "trainer/train_config.h"
 
 namespace enginery {
 namespace python {

@@ -1,11 +1,11 @@
-// Targets of the run config (trainer/config_parser.cpp): the TOML file itself, and --set overrides applied to
+// Targets of the run config (config/reader.cpp): the TOML file itself, and --set overrides applied to
 // examples/demo.toml (less its built-in task's knobs). A config that loads must also survive the printer: to_toml's output is what a run saves as
-// its config.toml, and it must load again (trainer/train_config.h).
+// its config.toml, and it must load again (config/train_config.h).
 #include <sstream>
 
 #include "host_api/error.h"
 #include "tests/fuzz/targets.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace fuzz {
@@ -57,7 +57,7 @@ void fuzz_one(const std::string& input) { check_round_trip(load_config_text(inpu
 
 namespace config_overrides {
 // The demo config without its built-in task's width and held-out size: several seeds name data from files, beside
-// which those keys are refused (trainer/config_reads.cpp).
+// which those keys are refused (config/unread_keys.cpp).
 std::string demo_for_any_data() {
   std::string out;
   for (const std::string& line : lines(read_file(source_dir() / "examples/demo.toml"))) {

@@ -12,7 +12,7 @@
 #include "host_api/error.h"
 #include "registry/plugin_loader.h"
 #include "trainer/loop/losses.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 #include "engine_driver/step_loop.h"
 
 namespace {

@@ -235,7 +235,7 @@ def test_verl_config_fields_are_read_by_the_engines_own_keys():
     for key in ("model.path", "engine.mixed_precision.param_dtype", "optim.eps", "optim.total_training_steps",
                 "checkpoint.save_contents"):
         assert key in keys, key
-    assert "model.tokenizer_path" not in keys  # parsed, never read (trainer/config_reads.cpp)
+    assert "model.tokenizer_path" not in keys  # parsed, never read (config/unread_keys.cpp)
 
     @dataclasses.dataclass
     class WithEps(config_module.FSDPOptimizerConfig):

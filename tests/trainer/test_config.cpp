@@ -7,7 +7,7 @@
 
 #include "host_api/config.h"
 #include "host_api/error.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace {

@@ -17,7 +17,7 @@
 #include "trainer/grpo/rollout_settings.h"
 #include "trainer/grpo/step_plan.h"
 #include "trainer/preflight.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace grpo {

@@ -19,7 +19,7 @@
 #include "tests/trainer/model_engine.h"
 #include "trainer/engine_factory.h"
 #include "trainer/grpo/grpo_step.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace grpo {
@@ -203,7 +203,7 @@ TEST(GrpoTemperature, AnEngineWithoutTheCapabilityIsRefusedUnlessTheTemperatureI
   EXPECT_EQ(refusal(*plain, "0.7"),
             "--set rollout.temperature=0.7: rollout.temperature = 0.7: GRPO computes its log-probs at the rollout's "
             "temperature, and engine (language_model, fsdp, cpu) (plugin 'plain' (/plugins/plain/plugin.toml)) does "
-            "not apply one (its manifest lacks the capability 'temperature') (allowed: rollout.temperature = 1, or an "
+            "not apply one (it does not declare the capability 'temperature') (allowed: rollout.temperature = 1, or an "
             "engine whose plugin declares the capability 'temperature')");
   EXPECT_EQ(refusal(*plain, "1"), "no error");
   EXPECT_EQ(refusal(*registry_with({"temperature"}), "0.7"), "no error");

@@ -3,7 +3,7 @@
 
 #include "host_api/error.h"
 #include "trainer/preflight.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace {

@@ -7,7 +7,7 @@
 #include "conformance/rank_worker.h"
 #include "launch/spawn.h"
 #include "trainer/command.h"
-#include "trainer/list_text.h"
+#include "support/list_text.h"
 
 namespace enginery {
 namespace {

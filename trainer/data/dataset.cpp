@@ -12,11 +12,6 @@
 namespace enginery {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-
 class AdditionDataset : public Dataset {
  public:
   AdditionDataset(int64_t digits, uint64_t seed, int64_t size, bool val, const TokenLimits& limits)
@@ -139,10 +134,6 @@ class BinDataset : public Dataset {
 
 }  // namespace
 
-bool is_builtin_addition(const std::string& spec) { return spec == "builtin:addition"; }
-
-bool is_jsonl(const std::string& spec) { return ends_with(spec, ".jsonl"); }
-
 void check_token_id(int64_t id, const TokenLimits& limits, const std::string& where) {
   const bool too_big = limits.vocab_size > 0 && id >= limits.vocab_size;
   if (id < 0 || too_big) {
@@ -178,9 +169,9 @@ std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string
     return std::make_unique<AdditionDataset>(digits, seed, builtin_size, split == "val", limits);
   }
   if (is_jsonl(spec)) return std::make_unique<JsonlDataset>(spec, max_length, limits, jsonl);
-  if (ends_with(spec, ".bin")) return std::make_unique<BinDataset>(spec, max_length, limits);
+  if (is_token_file(spec)) return std::make_unique<BinDataset>(spec, max_length, limits);
   throw EngineryError("unknown data source '" + spec + "'", "data." + split + "_files",
-                      "builtin:addition, <file>.jsonl, <file>.bin");
+                      kDataSourcesAllowed);
 }
 
 ShardedSampler::ShardedSampler(int64_t dataset_size, int64_t global_batch_size, int64_t rank, int64_t world_size,

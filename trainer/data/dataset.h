@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "config/data_sources.h"
+#include "config/model_limits.h"
 #include "host_api/batch.h"
 #include "trainer/data/addition_task.h"
 
@@ -24,15 +26,6 @@ class Dataset {
   virtual int64_t size() const = 0;
   virtual Example get(int64_t index) const = 0;
   virtual std::string describe() const = 0;
-};
-
-// What the model accepts. Data is checked against it when opened (every .jsonl row, the built-in task, a .bin
-// file's window length) or read (a .bin window's ids), so a bad id or an overlong sequence is an error naming the
-// file, never an index error deep inside the model or a huge allocation.
-struct TokenLimits {
-  int64_t vocab_size = 0;     // ids must lie in [0, vocab_size); 0: unchecked
-  int64_t max_positions = 0;  // no sequence longer than this (max_position_embeddings); 0: unchecked
-  std::string model;          // which model, for messages: "model.path = ..."
 };
 
 // How .jsonl rows are read (README.md, "Data files"; trainer/data/jsonl_row.h checks each row against it).
@@ -59,15 +52,11 @@ std::unique_ptr<Dataset> open_dataset(const std::string& spec, const std::string
                                       int64_t digits, int64_t builtin_size, uint64_t seed,
                                       const TokenLimits& limits = {}, const JsonlOptions& jsonl = {});
 
-bool is_jsonl(const std::string& spec);
-
 // Shared by the readers: an id outside [0, vocab_size) and a sequence longer than max_positions are errors naming
 // `where` (`what`: "a row", "an example", ...).
 void check_token_id(int64_t id, const TokenLimits& limits, const std::string& where);
 void check_sequence_length(int64_t length, const TokenLimits& limits, const std::string& where,
                            const std::string& what);
-
-bool is_builtin_addition(const std::string& spec);
 
 // Throws EngineryError naming `path` unless it is a regular file (or a link to one): std::ifstream blocks forever
 // on a FIFO and reads nothing from a directory, so every data or token file is checked before it is opened.

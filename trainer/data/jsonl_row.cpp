@@ -7,7 +7,7 @@
 #include <set>
 
 #include "host_api/error.h"
-#include "trainer/list_text.h"
+#include "support/list_text.h"
 
 namespace enginery {
 namespace {

@@ -4,7 +4,7 @@
 // term is a sum over this micro-batch's target tokens divided by ctx.global_num_tokens (host_api/loss.h).
 #include "host_api/loss.h"
 #include "trainer/grpo/kl.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace grpo {

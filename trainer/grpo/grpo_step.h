@@ -16,7 +16,7 @@
 #include "trainer/grpo/policy_copy.h"
 #include "trainer/grpo/step_plan.h"
 #include "trainer/loop/training_step.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace grpo {

@@ -9,7 +9,7 @@
 
 #include "host_api/base_engine.h"
 #include "models/causal_lm.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace grpo {

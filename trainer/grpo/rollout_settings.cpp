@@ -5,28 +5,13 @@
 
 namespace enginery {
 
-models::SamplingParams rollout_sampling_params(const TrainConfig& c) {
-  models::SamplingParams params;
-  params.max_new_tokens = c.rollout.response_length;
-  params.temperature = c.rollout.temperature;
-  params.top_p = c.rollout.top_p;
-  params.top_k = c.rollout.top_k;
-  return params;
-}
-
-models::GenerationSettingNames rollout_setting_names(const TrainConfig& c) {
-  auto name = [&](const std::string& key) { return models::SettingName{key, c.where(key)}; };
-  return {name("rollout.temperature"), name("rollout.top_p"), name("rollout.top_k"), name("rollout.response_length"),
-          name("rollout.dtype")};
-}
-
 void check_rollout_settings(const TrainConfig& c, const Dataset& train, const TokenLimits& limits,
                             const c10::Device& device) {
   const ModelSource source = c.model.source();
   models::GenerationTarget target;
   target.model_type =
       (source.is_builtin() ? models::builtin_args(source.name) : models::read_hf_config(source.name)).model_type;
-  // Every prompt of the built-in task (the one GRPO reads, config_parser.cpp) has the same length.
+  // Every prompt of the built-in task (the one GRPO reads, config/reader.cpp) has the same length.
   target.longest_prompt = static_cast<int64_t>(grpo::prompt_of(train.get(0), c.data.train_files).ids.size());
   target.prompt_where = train.describe();
   target.max_positions = limits.max_positions;

@@ -3,7 +3,7 @@
 // the step itself so the schedule and the tests need no model.
 #include <cstdint>
 
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace grpo {

@@ -3,7 +3,7 @@
 // tokens divided by ctx.global_num_tokens (host_api/loss.h), so the sum over micro-batches and ranks is the global
 // token mean.
 #include "host_api/loss.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 

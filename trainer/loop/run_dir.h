@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 

@@ -7,7 +7,7 @@
 #include "host_api/base_engine.h"
 #include "host_api/loss.h"
 #include "trainer/loop/training_step.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 

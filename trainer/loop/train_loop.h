@@ -6,7 +6,7 @@
 
 #include "launch/rank_env.h"
 #include "registry/plugin_loader.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 

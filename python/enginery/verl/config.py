@@ -15,7 +15,7 @@ import dataclasses
 import enginery
 
 # A field is read when the engine reads the key of its name in its section: the keys new_engine's config takes
-# (trainer/config_schema.cpp, through the extension), and the backend options ([engine.<backend>]) verl's engine
+# (config/schema.cpp, through the extension), and the backend options ([engine.<backend>]) verl's engine
 # configs carry. model.trust_remote_code is a key enginery parses but only at false (it runs its own model code,
 # never a checkpoint's): as a verl field it follows the default-or-refused rule below.
 _BACKEND_OPTIONS = {"engine": {"offload_outside_modes", "ulysses_sequence_parallel_size"}}

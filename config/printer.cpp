@@ -3,8 +3,8 @@
 
 #include <sstream>
 
+#include "config/schema.h"
 #include "engine_driver/precision.h"
-#include "trainer/config_schema.h"
 
 namespace enginery {
 namespace {
@@ -48,7 +48,7 @@ class TomlWriter : public ConfigVisitor {
   }
 
  private:
-  // A key the run does not read is left out: the parser would refuse it (config_schema.h, why_not_read).
+  // A key the run does not read is left out: the parser would refuse it (config/schema.h, why_not_read).
   template <typename T>
   void put(const std::string& key, T&& value) {
     if (!why_not_read(config_, key).reason.empty()) return;

@@ -1,8 +1,8 @@
-// Which keys the run's algorithm, loss and data actually read (config_schema.h, why_not_read). The RL sections
+// Which keys the run's algorithm, loss and data actually read (config/schema.h, why_not_read). The RL sections
 // exist for GRPO only, each offline loss reads its own loss.* keys, the built-in task's knobs need its data, and two
 // verl model keys have no reader at all.
-#include "trainer/config_schema.h"
-#include "trainer/data/dataset.h"
+#include "config/data_sources.h"
+#include "config/schema.h"
 
 namespace enginery {
 namespace {

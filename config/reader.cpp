@@ -1,4 +1,4 @@
-// Reads a TrainConfig from TOML (+ --set overrides) through the schema in config_schema.cpp.
+// Reads a TrainConfig from TOML (+ --set overrides) through the schema in config/schema.cpp.
 #include <toml++/toml.h>
 
 #include <cmath>
@@ -8,20 +8,18 @@
 #include <set>
 #include <sstream>
 
-#include "host_api/error.h"
+#include "config/data_sources.h"
+#include "config/rollout_sampling.h"
+#include "config/schema.h"
 #include "engine_driver/precision.h"
+#include "host_api/error.h"
 #include "models/generation_settings.h"
 #include "models/model_args.h"
-#include "trainer/grpo/rollout_settings.h"
+#include "support/list_text.h"
 #include "support/toml_guard.h"
-#include "trainer/config_schema.h"
-#include "trainer/data/dataset.h"
-#include "trainer/list_text.h"
 
 namespace enginery {
 namespace {
-
-const char* kPrecisionAllowed = "16, \"16\", fp16, float16, 32, \"32\", fp32, float32, bf16, bfloat16";
 
 std::vector<std::string> split_key(const std::string& key) {
   std::vector<std::string> parts;
@@ -253,7 +251,7 @@ class TomlReader : public ConfigVisitor {
     try {
       return PrecisionType::to_dtype(text);
     } catch (const EngineryError& e) {
-      throw EngineryError(key + ": " + e.what_failed(), where(key, n), kPrecisionAllowed);
+      throw EngineryError(key + ": " + e.what_failed(), where(key, n), PrecisionType::kAllowed);
     }
   }
 
@@ -447,7 +445,7 @@ void check_optimizer_values(const TrainConfig& c) {
 }
 
 // GRPO's knobs (trainer/grpo/): their values are checked whether or not they are read (a key set under another
-// algorithm is refused as unread before this, config_schema.h).
+// algorithm is refused as unread before this, config/schema.h).
 void check_rl_values(const TrainConfig& c) {
   const double inf = std::numeric_limits<double>::infinity();
   check_positive(c, c.rollout.n, "rollout.n");
@@ -526,7 +524,7 @@ void check_values(const TrainConfig& c) {
   }
 }
 
-// A key the run's algorithm, loss or data does not read is refused where it was set (config_schema.h).
+// A key the run's algorithm, loss or data does not read is refused where it was set (config/schema.h).
 void reject_unread(const TrainConfig& c) {
   for (const auto& [key, where] : c.origins) {
     const UnreadKey unread = why_not_read(c, key);

@@ -1,4 +1,4 @@
-#include "trainer/config_schema.h"
+#include "config/schema.h"
 
 namespace enginery {
 

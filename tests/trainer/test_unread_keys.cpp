@@ -1,5 +1,5 @@
 // A key the run's algorithm, loss or data does not read is refused by name where it was set, never accepted and
-// ignored (trainer/config_reads.cpp): RL sections under an offline loss, loss.* keys of another loss or under GRPO,
+// ignored (config/unread_keys.cpp): RL sections under an offline loss, loss.* keys of another loss or under GRPO,
 // the KL keys without use_kl_loss, .jsonl options without .jsonl data, the built-in task's knobs with data from
 // files, and verl's model keys with no reader. The resolved config leaves such keys out, so it still reads back.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "host_api/error.h"
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 namespace {

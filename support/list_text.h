@@ -1,5 +1,5 @@
 #pragma once
-// "a, b, c": how the trainer's messages list allowed values and names.
+// "a, b, c": how the config reader's and the trainer's messages list allowed values and names.
 #include <string>
 #include <vector>
 

@@ -1,12 +1,12 @@
 #pragma once
-// The one list of every key of TrainConfig (config_schema.cpp). A ConfigVisitor walks it: the parser reads each
+// The one list of every key of TrainConfig (config/schema.cpp). A ConfigVisitor walks it: the parser reads each
 // key from TOML, the printer writes it back, so the two can never disagree about a key's name or type.
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "trainer/train_config.h"
+#include "config/train_config.h"
 
 namespace enginery {
 
@@ -39,7 +39,7 @@ class ConfigVisitor {
 void visit_config(ConfigVisitor& visitor, TrainConfig& config);
 
 // Why nothing reads `key` under `config` (its algorithm, loss and data decide), with what to do instead; an empty
-// `reason` when the key is read (trainer/config_reads.cpp). The parser refuses such a key when it is set, the
+// `reason` when the key is read (config/unread_keys.cpp). The parser refuses such a key when it is set, the
 // printer leaves it out, so no knob is accepted and then ignored (docs/ARCHITECTURE.md, "Configuration").
 struct UnreadKey {
   std::string reason;
