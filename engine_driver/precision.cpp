@@ -12,15 +12,13 @@ c10::ScalarType PrecisionType::to_dtype(const std::string& precision) {
   if (is_half(precision)) return c10::kHalf;
   if (is_float(precision)) return c10::kFloat;
   if (is_bfloat16(precision)) return c10::kBFloat16;
-  throw EngineryError("unexpected precision: " + precision, "",
-                      "16, \"16\", fp16, float16, 32, \"32\", fp32, float32, bf16, bfloat16");
+  throw EngineryError("unexpected precision: " + precision, "", kAllowed);
 }
 
 c10::ScalarType PrecisionType::to_dtype(int precision) {
   if (precision == 16) return c10::kHalf;
   if (precision == 32) return c10::kFloat;
-  throw EngineryError("unexpected precision: " + std::to_string(precision), "",
-                      "16, \"16\", fp16, float16, 32, \"32\", fp32, float32, bf16, bfloat16");
+  throw EngineryError("unexpected precision: " + std::to_string(precision), "", kAllowed);
 }
 
 std::string PrecisionType::to_str(c10::ScalarType dtype) {

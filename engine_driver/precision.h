@@ -9,6 +9,8 @@ namespace enginery {
 //   16 "16" fp16 float16 -> Half;  32 "32" fp32 float32 -> Float;  bf16 bfloat16 -> BFloat16.
 // Anything else throws EngineryError("unexpected precision: <value>").
 struct PrecisionType {
+  // Every spelling above, for messages.
+  static constexpr const char* kAllowed = "16, \"16\", fp16, float16, 32, \"32\", fp32, float32, bf16, bfloat16";
   static c10::ScalarType to_dtype(const std::string& precision);
   static c10::ScalarType to_dtype(int precision);
   // Half -> "fp16", Float -> "fp32", BFloat16 -> "bf16"; any other dtype throws.

@@ -9,6 +9,7 @@
 #include "engine_driver/micro_batch_plan.h"
 #include "engine_driver/mode_guard.h"
 #include "engine_driver/padded_edge.h"
+#include "engine_driver/scalar_all_reduce.h"
 #include "host_api/error.h"
 
 namespace enginery {
@@ -69,15 +70,10 @@ torch::Tensor in_batch_order(const torch::Tensor& run_order, const std::vector<i
   return run_order.index_select(0, torch::tensor(index, torch::kLong).to(run_order.device()));
 }
 
-// All-reduces a small fp64 host tensor over the engine's group (on the group's device: NCCL needs CUDA tensors) and
-// returns it on the host. A world of one skips the collective.
-torch::Tensor all_reduce_doubles(const BaseEngine& e, const torch::Tensor& values, c10d::ReduceOp op) {
+// A few doubles all-reduced over the engine's group, on its device; a world of one skips the collective.
+std::vector<double> all_reduce_over(const BaseEngine& e, std::vector<double> values, c10d::ReduceOp op) {
   if (e.get_data_parallel_size() <= 1) return values;
-  std::vector<torch::Tensor> one{values.to(e.device())};
-  c10d::AllreduceOptions options;
-  options.reduceOp = op;
-  e.get_data_parallel_group()->allreduce(one, options)->wait();
-  return one[0].cpu();
+  return all_reduce_doubles(e.get_data_parallel_group(), std::move(values), op, e.device());
 }
 
 // Batch metadata `name` of type T when present (verl sends per-call micro-batching this way), else `fallback`.
@@ -147,11 +143,9 @@ MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch, bool 
   const std::vector<int64_t> tokens = refused ? std::vector<int64_t>{} : valid_tokens_per_row(batch);
   const int64_t budget = micro.tokens;
   // Every rank runs as many micro-batches as the rank that needs the most, so their collectives pair up.
-  const auto count = all_reduce_doubles(
-      e, torch::tensor({static_cast<double>(min_micro_batches(tokens, budget))}, torch::kDouble),
-      c10d::ReduceOp::MAX);
+  const auto count = all_reduce_over(e, {static_cast<double>(min_micro_batches(tokens, budget))}, c10d::ReduceOp::MAX);
   if (refused) return {};
-  MicroBatchPlan plan = plan_by_tokens(tokens, budget, static_cast<int64_t>(count.item<double>()));
+  MicroBatchPlan plan = plan_by_tokens(tokens, budget, static_cast<int64_t>(count[0]));
   static std::atomic<bool> warned{false};
   if (plan.oversize && !warned.exchange(true)) {
     std::cerr << "enginery: a sequence holds more valid tokens than max_token_len_per_gpu = " << budget
@@ -185,22 +179,20 @@ double agree_on_tokens(const BaseEngine& e, const Batch& batch, int64_t micro_ba
   // gradient reduction the others never start); then the refusing ranks' count and the sum of their ranks.
   const double n = static_cast<double>(micro_batches);
   const double refused = refusal ? 1.0 : 0.0;
-  const auto stats = all_reduce_doubles(
-      e,
-      torch::tensor({refusal ? 0.0 : count_target_tokens(batch), n, n * n, refused,
-                     refused * static_cast<double>(e.get_data_parallel_rank())},
-                    torch::kDouble),
-      c10d::ReduceOp::SUM);
-  stop_if_refused(e, refusal, stats[3].item<double>(), stats[4].item<double>());
+  const auto stats = all_reduce_over(e,
+                                     {refusal ? 0.0 : count_target_tokens(batch), n, n * n, refused,
+                                      refused * static_cast<double>(e.get_data_parallel_rank())},
+                                     c10d::ReduceOp::SUM);
+  stop_if_refused(e, refusal, stats[3], stats[4]);
   const int64_t world = e.get_data_parallel_size();
-  const double sum_n = stats[1].item<double>(), sum_n2 = stats[2].item<double>();
+  const double sum_n = stats[1], sum_n2 = stats[2];
   if (static_cast<double>(world) * sum_n2 != sum_n * sum_n) {
     throw EngineryError("ranks have different numbers of micro-batches (this rank: " + std::to_string(micro_batches) +
                             ", mean: " + std::to_string(sum_n / static_cast<double>(world)) +
                             "); give every rank the same number of rows, or set engine.use_dynamic_bsz = true",
                         "rank " + std::to_string(e.get_data_parallel_rank()) + ", engine.micro_batch_size_per_gpu");
   }
-  return stats[0].item<double>();
+  return stats[0];
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "trainer/collectives.h"
 
+#include "engine_driver/scalar_all_reduce.h"
 #include "host_api/error.h"
 #include "support/torch_errors.h"
 
@@ -24,19 +25,11 @@ void throw_collective_failure(const std::string& what, int64_t rank, const std::
 
 std::vector<double> all_reduce(const c10::intrusive_ptr<compat::CommGroup>& group, std::vector<double> values,
                                c10d::ReduceOp op, const torch::Device& device, const std::string& what) {
-  if (!group || values.empty()) return values;
-  // fp64 keeps token counts exact; NCCL and Gloo both reduce doubles.
-  std::vector<at::Tensor> tensors = {
-      torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble)).to(device)};
-  c10d::AllreduceOptions options;
-  options.reduceOp = op;
   try {
-    group->allreduce(tensors, options)->wait();
+    return all_reduce_doubles(group, std::move(values), op, device);
   } catch (const std::exception& e) {
     throw_collective_failure(what, group->getRank(), e);
   }
-  const at::Tensor result = tensors[0].cpu();
-  return std::vector<double>(result.data_ptr<double>(), result.data_ptr<double>() + result.numel());
 }
 
 void barrier(const c10::intrusive_ptr<compat::CommGroup>& group, const torch::Device& device,

@@ -11,9 +11,8 @@
 
 namespace enginery {
 
-// Element-wise all-reduce of a few doubles (SUM or MAX). `device`: where the group's tensors must live (CUDA for
-// NCCL). A null group (world size 1) returns the input. `what` names the call site for errors ("all-reduce of the
-// step metrics"): any failure is rethrown naming it and this rank.
+// engine_driver/scalar_all_reduce.h's all_reduce_doubles, with `what` naming the call site for errors ("all-reduce
+// of the step metrics"): any failure is rethrown naming it and this rank.
 std::vector<double> all_reduce(const c10::intrusive_ptr<compat::CommGroup>& group, std::vector<double> values,
                                c10d::ReduceOp op, const torch::Device& device, const std::string& what);
 
