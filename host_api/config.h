@@ -12,8 +12,7 @@
 
 namespace enginery {
 
-// A scalar as TOML or Python gives it: backend options and batch metadata.
-using ScalarValue = std::variant<bool, int64_t, double, std::string>;
+using ScalarValue = std::variant<bool, int64_t, double, std::string>;  // backend options, batch metadata
 
 // Where the weights come from: `model.path` resolved once by ModelConfig::source().
 struct ModelSource {
@@ -99,10 +98,12 @@ struct OptimizerConfig {
   double num_cycles = 0.5;
 };
 
-// verl CheckpointConfig.
+// verl CheckpointConfig, and what a checkpoint holds by verl's names (hf_model: a Hugging Face copy, saved only).
+inline constexpr const char *kContentModel = "model", *kContentOptimizer = "optimizer", *kContentExtra = "extra",
+                            *kContentHfModel = "hf_model";
 struct CheckpointConfig {
-  std::vector<std::string> save_contents = {"model", "optimizer", "extra"};
-  std::vector<std::string> load_contents = {"model", "optimizer", "extra"};
+  std::vector<std::string> save_contents = {kContentModel, kContentOptimizer, kContentExtra};
+  std::vector<std::string> load_contents = save_contents;
   bool async_save = false;
 };
 

@@ -28,9 +28,8 @@ struct ConfigSupport {
   bool unchunked_entropy = false;          // engine.entropy_from_logits_with_chunking = false
   bool remove_padding = false;             // model.use_remove_padding
   bool async_save = false;                 // checkpoint.async_save
-  // checkpoint.save_contents / load_contents: the items understood, and whether a subset of the default
-  // {model, optimizer, extra} is honoured (false: only the default list is accepted).
-  std::vector<std::string> checkpoint_contents = {"model", "optimizer", "extra"};
+  // checkpoint.*_contents: the items understood; whether a subset of the default is honoured (else only the default)
+  std::vector<std::string> checkpoint_contents = CheckpointConfig{}.save_contents;
   bool checkpoint_content_subsets = false;
   std::vector<std::string> backend_options;  // key names accepted in [engine.<backend>]
 };

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "host_api/config.h"
 #include "plugin/fsdp/fsdp_export.h"
 
 namespace enginery {
@@ -22,13 +23,9 @@ constexpr int64_t kFormatVersion = 1;
 constexpr const char* kMetadataFile = "metadata.json";
 constexpr const char* kHfDir = "huggingface";
 
-// What a checkpoint holds, spelled only here: metadata.json's "contents", checkpoint.save_contents / load_contents
-// and the engine's ConfigSupport::checkpoint_contents. model, optimizer and extra are per-rank files
-// (FileInfo::content); hf_model is the Hugging Face directory kHfDir, which only a save writes.
-constexpr const char* kContentModel = "model";
-constexpr const char* kContentOptimizer = "optimizer";
-constexpr const char* kContentExtra = "extra";
-constexpr const char* kContentHfModel = "hf_model";
+// What a checkpoint holds, by the contract's names (host_api/config.h kContent*): metadata.json's "contents". model,
+// optimizer and extra are per-rank files (FileInfo::content); hf_model is the Hugging Face directory kHfDir, which
+// only a save writes.
 // In the order above: those held in per-rank files (what a load can read), and every content (what a save writes).
 inline const std::vector<std::string>& file_contents() {
   static const std::vector<std::string> names = {kContentModel, kContentOptimizer, kContentExtra};

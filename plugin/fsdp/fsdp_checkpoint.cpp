@@ -1,4 +1,5 @@
-// FSDPEngine: save_checkpoint / load_checkpoint / export_hf. The protocol (plugin/fsdp/CHECKPOINT.md):
+// FSDPEngine: save_checkpoint / load_checkpoint (export_hf: fsdp_hf_export.cpp). The protocol
+// (plugin/fsdp/CHECKPOINT.md):
 //   1. rank 0 empties <parent>/.<name>.tmp; all agree it exists;
 //   2. every writing rank streams its files into it (sha256 on the fly) and fsyncs them; an HSDP run writes the
 //      model and optimizer from replica group 0 only, every rank writes its RNG state;
@@ -20,6 +21,7 @@
 #include "plugin/fsdp/checkpoint_plan.h"
 #include "plugin/fsdp/checkpoint_reader.h"
 #include "plugin/fsdp/checkpoint_record.h"
+#include "plugin/fsdp/failure_agreement.h"
 #include "plugin/fsdp/fsdp_engine.h"
 
 namespace enginery {
@@ -27,17 +29,6 @@ namespace fsdp {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The message of what `step` threw, "" when it succeeded: a rank's failure becomes a flag all ranks agree on
-// (agree_or_throw) instead of an exception that would leave the others waiting in a collective.
-std::string error_of(const std::function<void()>& step) {
-  try {
-    step();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return {};
-}
 
 struct Contents {
   bool model = false, optimizer = false, extra = false, hf_model = false;
@@ -53,10 +44,10 @@ Contents parse_contents(const std::vector<std::string>& names, bool saving, cons
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
       throw EngineryError("unknown checkpoint content '" + n + "'", field, list);
     }
-    c.model = c.model || n == ckpt::kContentModel;
-    c.optimizer = c.optimizer || n == ckpt::kContentOptimizer;
-    c.extra = c.extra || n == ckpt::kContentExtra;
-    c.hf_model = c.hf_model || n == ckpt::kContentHfModel;
+    c.model = c.model || n == kContentModel;
+    c.optimizer = c.optimizer || n == kContentOptimizer;
+    c.extra = c.extra || n == kContentExtra;
+    c.hf_model = c.hf_model || n == kContentHfModel;
   }
   return c;
 }
@@ -85,10 +76,10 @@ nlohmann::json config_json(const EngineArgs& a, int64_t fsdp_size) {
 
 std::vector<std::string> content_names(const Contents& c) {
   std::vector<std::string> names;
-  if (c.model) names.push_back(ckpt::kContentModel);
-  if (c.optimizer) names.push_back(ckpt::kContentOptimizer);
-  if (c.extra) names.push_back(ckpt::kContentExtra);
-  if (c.hf_model) names.push_back(ckpt::kContentHfModel);
+  if (c.model) names.push_back(kContentModel);
+  if (c.optimizer) names.push_back(kContentOptimizer);
+  if (c.extra) names.push_back(kContentExtra);
+  if (c.hf_model) names.push_back(kContentHfModel);
   return names;
 }
 
@@ -101,10 +92,10 @@ struct FileFormat {
 };
 
 const FileFormat& format_of(ckpt::FileKind kind) {
-  static const FileFormat kModel{ckpt::kContentModel, ckpt::model_file_name, {ckpt::kStateParam}};
-  static const FileFormat kOptimizer{ckpt::kContentOptimizer, ckpt::optim_file_name,
+  static const FileFormat kModel{kContentModel, ckpt::model_file_name, {ckpt::kStateParam}};
+  static const FileFormat kOptimizer{kContentOptimizer, ckpt::optim_file_name,
                                      {ckpt::kStateExpAvg, ckpt::kStateExpAvgSq}};
-  static const FileFormat kExtra{ckpt::kContentExtra, ckpt::extra_file_name, {}};
+  static const FileFormat kExtra{kContentExtra, ckpt::extra_file_name, {}};
   switch (kind) {
     case ckpt::FileKind::kModel: return kModel;
     case ckpt::FileKind::kOptimizer: return kOptimizer;
@@ -214,7 +205,7 @@ void check_replaceable(const fs::path& dir) {
   }
   std::set<std::string> ours = {ckpt::kMetadataFile};
   for (const ckpt::FileInfo& f : previous.files) ours.insert(f.name);
-  if (previous.has(ckpt::kContentHfModel)) ours.insert(ckpt::kHfDir);
+  if (previous.has(kContentHfModel)) ours.insert(ckpt::kHfDir);
   const std::vector<std::string> foreign = durable::foreign_entries(dir, ours);
   if (!foreign.empty()) {
     std::string names;
@@ -247,55 +238,6 @@ void FSDPEngine::require_sharded(const std::string& what) const {
   require_resident(what, true, true, true);  // collectives and files read the state where the engine computes
 }
 
-void FSDPEngine::agree_or_throw(const std::string& error, const std::string& stage,
-                                const std::function<void()>& on_failure) {
-  const auto& world = world_collectives();
-  auto flag = torch::full({1}, error.empty() ? 0.0f : static_cast<float>(world.rank() + 1),
-                          torch::TensorOptions().dtype(torch::kFloat).device(device_));
-  world.all_reduce(flag, ReduceOp::kMax);
-  const auto failed = static_cast<int64_t>(flag.item<float>());
-  if (failed == 0) return;
-  if (on_failure) on_failure();
-  world.barrier();  // nobody returns before the cleanup is done
-  const std::string where = "fsdp engine, rank " + std::to_string(world.rank()) + ", " + stage;
-  if (!error.empty()) throw EngineryError(error, where);
-  throw EngineryError("rank " + std::to_string(failed - 1) + " failed (its own error names the cause)", where);
-}
-
-std::string FSDPEngine::write_hf_weights(const std::string& dir, int64_t max_shard_bytes) {
-  const bool lead = world_collectives().rank() == 0;
-  std::vector<std::pair<std::string, torch::Tensor>> weights;
-  get_per_tensor_param([&](const std::string& name, const torch::Tensor& full) {
-    if (lead) weights.emplace_back(name, full.to(torch::kCPU));
-  });
-  if (!lead) return {};
-  try {
-    models::save_hf(*model_, dir, weights, max_shard_bytes);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return {};
-}
-
-void FSDPEngine::export_hf(const std::string& dir, int64_t max_shard_bytes) {
-  require_sharded("export_hf");
-  const bool lead = world_collectives().rank() == 0;
-  const fs::path final_path(dir), tmp = durable::temp_dir_for(final_path);
-  agree_or_throw(lead ? error_of([&] { durable::fresh_dir(tmp); }) : "", "export_hf " + dir, {});
-  std::string error = write_hf_weights(tmp.string(), max_shard_bytes);
-  if (lead && error.empty()) {
-    error = error_of([&] {
-      durable::sync_path(tmp);
-      for (const auto& entry : fs::directory_iterator(tmp)) durable::sync_path(entry.path());
-      durable::publish_dir(tmp, final_path);
-    });
-  }
-  agree_or_throw(error, "export_hf " + dir, [&] {
-    std::error_code ec;
-    if (lead) compat::remove_all(tmp, ec);
-  });
-}
-
 void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, int64_t max_ckpt_to_keep) {
   require_sharded("save_checkpoint");
   const Contents contents = parse_contents(args_.checkpoint.save_contents, true, "checkpoint.save_contents");
@@ -311,7 +253,7 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
   // 1. What a killed save, replacement or retention left in this directory is finished first (so a set-aside
   // checkpoint is back before it is judged); then the temporary directory, once the destination is known to hold
   // nothing of the user's.
-  agree_or_throw(lead ? error_of([&] {
+  agree(lead ? error_of([&] {
     durable::finish_interrupted(final_path);
     durable::finish_interrupted_checkpoints(final_path.parent_path());
     check_replaceable(final_path);
@@ -336,7 +278,7 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
 
   // 3. Sizes and digests of every rank, then whether all succeeded.
   const std::vector<ckpt::RankRecord> records = ckpt::all_gather_records(world, record, device_);
-  agree_or_throw(error, stage, remove_tmp);
+  agree(error, stage, remove_tmp);
 
   // 4. Metadata last, publish.
   if (lead) {
@@ -354,14 +296,14 @@ void FSDPEngine::save_checkpoint(const std::string& path, int64_t global_step, i
       publish_checkpoint(tmp, final_path, meta, contents.hf_model);
     });
   }
-  agree_or_throw(error, stage, remove_tmp);
+  agree(error, stage, remove_tmp);
 
   // 5. Retention, counted on disk, never the new checkpoint.
   if (lead) {
     error = error_of([&] { durable::retain_newest(final_path, max_ckpt_to_keep, ckpt::kMetadataFile); });
     if (!error.empty()) error = "checkpoint saved, but removing old ones failed: " + error;
   }
-  agree_or_throw(error, "save_checkpoint retention " + path, {});
+  agree(error, "save_checkpoint retention " + path, {});
 }
 
 void FSDPEngine::load_checkpoint(const std::string& path) {
@@ -385,8 +327,8 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
     const int64_t shard_rank = groups_.shard->rank();
     // Every fault this rank can find (coverage, missing or corrupt files, the RNG file's JSON) before any tensor
     // changes: a failed load leaves the engine as it was.
-    if (require(contents.model, ckpt::kContentModel)) reader.check_state(ckpt::kStateParam, *fsdp_, shard_rank);
-    if (require(contents.optimizer, ckpt::kContentOptimizer)) {
+    if (require(contents.model, kContentModel)) reader.check_state(ckpt::kStateParam, *fsdp_, shard_rank);
+    if (require(contents.optimizer, kContentOptimizer)) {
       reader.check_state(ckpt::kStateExpAvg, *fsdp_, shard_rank);
       reader.check_state(ckpt::kStateExpAvgSq, *fsdp_, shard_rank);
     }
@@ -395,7 +337,7 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
     const std::string rng_name = ckpt::extra_file_name(world.rank() % meta.world_size);
     const std::string rng_path = (fs::path(path) / rng_name).string();
     nlohmann::json rng;
-    if (require(contents.extra, ckpt::kContentExtra)) {
+    if (require(contents.extra, kContentExtra)) {
       try {
         rng = nlohmann::json::parse(reader.read_text(rng_name));
       } catch (const nlohmann::json::exception& e) {
@@ -425,7 +367,7 @@ void FSDPEngine::load_checkpoint(const std::string& path) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree_or_throw(error, "load_checkpoint " + path, {});
+  agree(error, "load_checkpoint " + path, {});
   fsdp_->drop_prefetched();  // uploads of the masters before the load are stale
   fsdp_->zero_grad();
 }

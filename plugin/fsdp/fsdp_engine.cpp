@@ -28,12 +28,8 @@ FSDPEngine::FSDPEngine(EngineArgs args, ModelBuilder model_builder)
       args_(std::move(args)),
       model_builder_(std::move(model_builder)),
       device_(resolve_device(args_)),
-      layout_(layout_for_backend(args_.engine.strategy)),
-      host_optimizer_step_(host_step_wanted(args_.engine)),
-      offload_outside_modes_(offloads_outside_modes(args_.engine)),
-      fp8_(fp8_wanted(args_, device_)),
-      recompute_(recompute_wanted(args_)),
-      ulysses_size_(ulysses_size_wanted(args_)) {}
+      options_(BackendOptions::read(args_, device_)),
+      layout_(layout_for_backend(args_.engine.strategy)) {}
 
 ConfigSupport FSDPEngine::config_support(const std::string& device) {
   ConfigSupport s;
@@ -56,9 +52,7 @@ ConfigSupport FSDPEngine::config_support(const std::string& device) {
   // where that is where the state lives already: the same staging code runs there with plain copies.
   s.param_offload = true;
   s.optimizer_offload = true;
-  // [engine.<backend>] offload_step = "device" | "host"; offload_outside_modes = true | false (mode_offload.h);
-  // fp8 = "off" | "tensorwise" (fsdp_engine_fp8.cpp).
-  s.backend_options = {"offload_step", kOffloadOutsideModes, "fp8", kCheckpointingPolicy, kUlyssesSize};
+  s.backend_options = BackendOptions::names();
   // engine.forward_only (verl's reference policy): no optimizer or LR schedule is built (fsdp_engine.cpp).
   s.forward_only = true;
   s.checkpoint_contents = ckpt::all_contents();
@@ -73,11 +67,11 @@ void FSDPEngine::initialize() {
   torch::manual_seed(static_cast<uint64_t>(args_.engine.seed));
   model_ = build_model();
   if (!model_) throw EngineryError("build_model() returned no model", where(args_, "model.path"));
-  if (fp8_ != models::Fp8Recipe::kOff) model_->set_fp8_recipe(fp8_);
+  if (options_.fp8 != models::Fp8Recipe::kOff) model_->set_fp8_recipe(options_.fp8);
   apply_recompute_policy();
-  model_->check_sequence_parallel(ulysses_size_, args_.world_size,
+  model_->check_sequence_parallel(options_.ulysses_size, args_.world_size,
                                   "engine." + args_.engine.strategy + "." + kUlyssesSize);
-  if (ulysses_size_ > 1) ulysses_ = UlyssesGroups::create(args_, ulysses_size_);
+  if (options_.ulysses_size > 1) ulysses_ = UlyssesGroups::create(args_, options_.ulysses_size);
   shard_model();
   if (!fsdp_) {
     throw EngineryError("shard_model() built no FSDP module: every FSDPEngine trains sharded units",
@@ -95,7 +89,7 @@ void FSDPEngine::initialize() {
   fsdp_->zero_grad();
   set_training(is_training());
   // Outside the mode contexts the state lives on the host; the first train_mode()/eval_mode() brings it back.
-  if (offload_outside_modes_) move_state(torch::kCPU, /*model=*/true, /*optimizer=*/true, /*grad=*/true);
+  if (options_.offload_outside_modes) move_state(torch::kCPU, /*model=*/true, /*optimizer=*/true, /*grad=*/true);
 }
 
 std::shared_ptr<models::DecoderModel> FSDPEngine::build_model() {

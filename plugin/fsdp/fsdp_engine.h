@@ -24,10 +24,13 @@
 #include "models/decoder_model.h"
 #include "models/layers.h"
 #include "plugin/fsdp/adamw.h"
+#include "plugin/fsdp/backend_options.h"
+#include "plugin/fsdp/failure_agreement.h"
 #include "plugin/fsdp/fsdp_export.h"
 #include "plugin/fsdp/fsdp_module.h"
 #include "plugin/fsdp/lr_scheduler.h"
 #include "plugin/fsdp/optimizer_step.h"
+#include "plugin/fsdp/residency.h"
 #include "plugin/fsdp/sharded_grad_scaler.h"
 #include "plugin/fsdp/ulysses.h"
 
@@ -35,9 +38,6 @@ namespace enginery {
 namespace fsdp {
 
 using ModelBuilder = std::function<std::shared_ptr<models::DecoderModel>(const EngineArgs& args)>;
-
-// [engine.<backend>] gradient_checkpointing_policy = "layer" | "mlp" (models::Recompute).
-inline constexpr const char* kCheckpointingPolicy = "gradient_checkpointing_policy";
 
 class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
  public:
@@ -55,12 +55,12 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   torch::Tensor optimizer_step() override;
   double lr_scheduler_step() override;
 
-  // Both gather one unit at a time (fsdp_weight_export.cpp); get_per_tensor_param yields the fp32 masters.
+  // Both gather one unit at a time (fsdp_exports.cpp); get_per_tensor_param yields the fp32 masters.
   void get_per_tensor_param(
       const std::function<void(const std::string& name, const torch::Tensor& full)>& visit) override;
   // The stream refers to this engine's units: use it up before the engine changes (a step, to(), destruction).
   std::unique_ptr<WeightStream> export_weights(c10::ScalarType dtype) override;
-  // This rank's pieces of the fp32 masters, one unit per group, cast to `dtype` (fsdp_shard_export.cpp): the shard
+  // This rank's pieces of the fp32 masters, one unit per group, cast to `dtype` (fsdp_exports.cpp): the shard
   // group's ranks hold the pieces, HSDP replicas other than the first do not contribute. Not collective; the pieces
   // are on the master's device (the host while offloaded).
   ShardPlacement shard_placement() const override;
@@ -90,15 +90,15 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   // The grad scaler's two scalars stay where they are. A step needing a part that is away is refused.
   void move_state(const torch::Device& device, bool model, bool optimizer, bool grad) override;
   // Whether any part is away from device() (always false on a CPU engine).
-  bool offloaded() const { return model_away_ || optimizer_away_ || grad_away_; }
+  bool offloaded() const { return residency_.any_away(); }
 
   // The world, or with Ulysses sequence parallelism one rank of each sequence group (ulysses.h), as verl's engine.
-  int64_t get_data_parallel_rank() const override { return args_.rank / ulysses_size_; }
-  int64_t get_data_parallel_size() const override { return args_.world_size / ulysses_size_; }
+  int64_t get_data_parallel_rank() const override { return args_.rank / options_.ulysses_size; }
+  int64_t get_data_parallel_size() const override { return args_.world_size / options_.ulysses_size; }
   CommGroupPtr get_data_parallel_group() const override {
-    return ulysses_size_ == 1 ? args_.world_group : ulysses_.data ? ulysses_.data->group() : CommGroupPtr();
+    return options_.ulysses_size == 1 ? args_.world_group : ulysses_.data ? ulysses_.data->group() : CommGroupPtr();
   }
-  int64_t ulysses_sequence_parallel_size() const { return ulysses_size_; }
+  int64_t ulysses_sequence_parallel_size() const { return options_.ulysses_size; }
   torch::Device device() const override { return device_; }
   const EngineArgs& args() const override { return args_; }
 
@@ -142,6 +142,7 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   EngineArgs args_;
   ModelBuilder model_builder_;
   torch::Device device_;
+  BackendOptions options_;  // [engine.<backend>], read at construction
   std::shared_ptr<models::DecoderModel> model_;
   DpGroups groups_;
   std::unique_ptr<FsdpModule> fsdp_;  // built by shard_model(); null only before initialize()
@@ -150,36 +151,24 @@ class ENGINERY_FSDP_API FSDPEngine : public BaseEngine {
   ShardingLayout layout_;
 
  private:
-  // engine.<backend>.offload_step = host: the offloaded optimizer step runs on the host (AdamW::step_on_host).
-  // Read and checked at construction (fsdp_engine_offload_step.cpp).
-  static bool host_step_wanted(const EngineConfig& engine);
-  static models::Fp8Recipe fp8_wanted(const EngineArgs& args, const torch::Device& device);  // fsdp_engine_fp8.cpp
-  // [engine.<backend>] gradient_checkpointing_policy, read and checked at construction; applied to the built model
-  // (fsdp_engine_recompute.cpp).
-  static models::Recompute recompute_wanted(const EngineArgs& args);
+  // options_.recompute applied to the built model (fsdp_engine_recompute.cpp).
   void apply_recompute_policy();
-  bool host_optimizer_step_ = false;
-  bool offload_outside_modes_ = false;  // [engine.<backend>] offload_outside_modes (engine_driver/mode_offload.h)
-  models::Fp8Recipe fp8_ = models::Fp8Recipe::kOff;  // [engine.<backend>] fp8
-  models::Recompute recompute_ = models::Recompute::kNothing;
-  int64_t ulysses_size_ = 1;  // [engine.<backend>] ulysses_sequence_parallel_size (ulysses.h)
-  UlyssesGroups ulysses_;     // built by initialize() when ulysses_size_ > 1
-  // Parts moved to the CPU by move_state while the engine computes on a GPU.
-  bool model_away_ = false;
-  bool optimizer_away_ = false;
-  bool grad_away_ = false;
+  UlyssesGroups ulysses_;  // built by initialize() when options_.ulysses_size > 1
+  Residency residency_;  // parts moved to the CPU by move_state while the engine computes on a GPU
 
   // After place_offloaded_state: the optimizer step's pipeline over the units and AdamW, placed where the offload
   // keys put the state (fsdp_engine_optim.cpp). Null without an optimizer or without FSDP units.
   void wire_optimizer_step();
   std::unique_ptr<OptimizerStep> optimizer_step_;
 
-  // Checkpoint helpers (fsdp_checkpoint.cpp).
+  // Checkpoint helpers (fsdp_checkpoint.cpp, fsdp_hf_export.cpp).
   void require_sharded(const std::string& what) const;
-  // Every rank calls it with its own error ("" = fine); when any rank failed, `on_failure` runs (on every rank)
-  // and every rank throws: the failing one its own message, the others one naming the failed rank.
-  void agree_or_throw(const std::string& error, const std::string& stage, const std::function<void()>& on_failure);
-  // Gathers the full weights (collective) and, on rank 0, writes them to `dir`; returns rank 0's error.
+  // failure_agreement.h's agree_or_throw over the world group.
+  void agree(const std::string& error, const std::string& stage, const std::function<void()>& on_failure) const {
+    agree_or_throw(world_collectives(), device_, error, stage, on_failure);
+  }
+  // Gathers the full weights (collective) and, on rank 0, writes them to `dir`; returns rank 0's error
+  // (fsdp_hf_export.cpp).
   std::string write_hf_weights(const std::string& dir, int64_t max_shard_bytes);
 };
 

@@ -65,47 +65,34 @@ void FSDPEngine::move_state(const torch::Device& device, bool model, bool optimi
 
   // State that engine.param_offload / optimizer_offload keep on the host is at home there: it neither leaves nor
   // comes back, and its part is never marked away (so to(cpu) of a fully offloaded engine moves nothing).
-  model = model && !args_.engine.param_offload;
-  grad = grad && !args_.engine.param_offload;
-  optimizer = optimizer && !args_.engine.optimizer_offload;
+  StateParts parts{model && !args_.engine.param_offload, optimizer && !args_.engine.optimizer_offload,
+                   grad && !args_.engine.param_offload};
   // A part already where it is asked to go stays put (the mode guards ask for what a mode needs, whether or not
   // it is away). A CPU engine copies anyway: both places are "cpu" there, and the copy is what its tests exercise.
-  if (device_.is_cuda()) {
-    model = model && model_away_ != away;
-    optimizer = optimizer && optimizer_away_ != away;
-    grad = grad && grad_away_ != away;
-  }
+  if (device_.is_cuda()) parts = residency_.to_move(parts, away);
   fsdp_->drop_prefetched();
   std::vector<torch::Tensor*> tensors;
   for (auto& u : fsdp_->units()) {
-    if (model) {
+    if (parts.model) {
       u.reshard();  // between steps every unit is sharded already; full parameters are derived, never moved
       tensors.push_back(&u.shard());
     }
-    if (grad) tensors.push_back(&u.shard_grad_unsettled());
+    if (parts.grad) tensors.push_back(&u.shard_grad_unsettled());
   }
-  if (optimizer) {  // (optimizer_ is set: see above)
+  if (parts.optimizer) {  // (optimizer_ is set: see above)
     for (auto* list : {&optimizer_->exp_avg(), &optimizer_->exp_avg_sq(), &optimizer_->device_steps()}) {
       for (auto& t : *list) tensors.push_back(&t);
     }
   }
   move_in_place(tensors, target, device_);
-  if (model) model_away_ = away;
-  if (optimizer) optimizer_away_ = away;
-  if (grad) grad_away_ = away;
+  residency_.moved(parts, away);
 }
 
 void FSDPEngine::require_resident(const std::string& what, bool model, bool optimizer, bool grad) const {
-  std::string parts;
-  auto add = [&](bool needed, bool is_away, const char* name) {
-    if (needed && is_away) parts += (parts.empty() ? "" : ", ") + std::string(name);
-  };
-  add(model, model_away_, "model");
-  add(optimizer, optimizer_away_, "optimizer");
-  add(grad, grad_away_, "grad");
+  const std::string parts = residency_.away_among({model, optimizer, grad});
   if (parts.empty()) return;
   std::string remedy = "call to(" + device_.str() + ") first";
-  if (offload_outside_modes_) {
+  if (options_.offload_outside_modes) {
     remedy += ", or call it inside train_mode() / eval_mode(): engine." + args_.engine.strategy + "." +
               kOffloadOutsideModes + " keeps the state on the host outside them";
   }

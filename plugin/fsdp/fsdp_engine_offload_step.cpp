@@ -7,21 +7,10 @@
 namespace enginery {
 namespace fsdp {
 
-// [engine.<backend>] offload_step: where the offloaded optimizer step runs. "device" (the default) streams each
-// shard through the GPU; "host" runs it on the CPU over the host tensors, which needs both offload keys. Both exist
-// so that they can be measured against each other on the machine at hand (bench/gpu/run_offload_bench.sh).
-bool FSDPEngine::host_step_wanted(const EngineConfig& engine) {
-  const std::string where = backend_option<std::string>(engine, "offload_step", "device");
-  if (where == "device") return false;
-  const std::string key = "engine." + engine.strategy + ".offload_step";
-  if (where != "host") throw EngineryError("unknown value '" + where + "'", key, "device, host");
-  if (!engine.param_offload || !engine.optimizer_offload) {
-    throw EngineryError("a host optimizer step needs the parameters and the optimizer state on the host", key,
-                        "host with engine.param_offload = true and engine.optimizer_offload = true, else device");
-  }
-  return true;
-}
-
+// [engine.<backend>] offload_step (backend_options.h): where the offloaded optimizer step runs. "device" (the
+// default) streams each shard through the GPU; "host" runs it on the CPU over the host tensors, which needs both
+// offload keys. Both exist so that they can be measured against each other on the machine at hand
+// (bench/gpu/run_offload_bench.sh).
 void FSDPEngine::place_offloaded_state() {
   const bool params = args_.engine.param_offload, state = args_.engine.optimizer_offload;
   if (!params && !state) return;

@@ -16,7 +16,7 @@ void FSDPEngine::wire_optimizer_step() {
   if (!optimizer_) return;
   // place_offloaded_state made the optimizer streamed where engine.param_offload / optimizer_offload asked for it.
   const StepPlacement placement = !optimizer_->streamed() ? StepPlacement::kResident
-                                  : host_optimizer_step_  ? StepPlacement::kOnHost
+                                  : options_.host_optimizer_step ? StepPlacement::kOnHost
                                                           : StepPlacement::kStreamed;
   optimizer_step_ = std::make_unique<OptimizerStep>(*fsdp_, *optimizer_, placement, args_.engine.param_offload,
                                                     args_.optim.clip_grad, args_.rank, device_);

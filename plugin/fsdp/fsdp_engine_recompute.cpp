@@ -1,6 +1,6 @@
 // [engine.<backend>] gradient_checkpointing_policy (docs/ARCHITECTURE.md, "Activation checkpointing"): what backward
-// recomputes when model.enable_gradient_checkpointing is on. Checked when the engine is built, before any work;
-// applied to the model once it is built.
+// recomputes when model.enable_gradient_checkpointing is on. Read and checked when the engine is built
+// (backend_options.cpp), applied here to the model once it is built.
 #include <memory>
 
 #include "host_api/error.h"
@@ -10,21 +10,15 @@
 namespace enginery {
 namespace fsdp {
 
-models::Recompute FSDPEngine::recompute_wanted(const EngineArgs& args) {
-  const std::string policy = backend_option<std::string>(args.engine, kCheckpointingPolicy, "layer");
-  return models::recompute_policy(args.model.enable_gradient_checkpointing, policy,
-                                  "engine." + args.engine.strategy + "." + kCheckpointingPolicy);
-}
-
 void FSDPEngine::apply_recompute_policy() {
-  if (recompute_ != models::Recompute::kMlp) return;  // "layer" is what the model builds with
+  if (options_.recompute != models::Recompute::kMlp) return;  // "layer" is what the model builds with
   auto* lm = dynamic_cast<models::CausalLM*>(model_.get());
   if (lm == nullptr) {
     throw EngineryError("a " + model_->hf_model_type() + " model built outside models::build_model has no " +
                             "checkpointing policies (models::Recompute)",
                         "engine." + args_.engine.strategy + "." + kCheckpointingPolicy, "layer");
   }
-  lm->set_recompute(recompute_);
+  lm->set_recompute(options_.recompute);
 }
 
 }  // namespace fsdp

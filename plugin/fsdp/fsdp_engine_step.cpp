@@ -19,7 +19,7 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
   inputs.remove_padding = args_.model.use_remove_padding;
   inputs.sequence_parallel = ulysses_.sequence.get();  // null without Ulysses (ulysses.h)
   if (ulysses_.sequence) {
-    check_groups_share_micro_batch(inputs.input_ids, inputs.cu_seqlens, world_collectives(), ulysses_size_,
+    check_groups_share_micro_batch(inputs.input_ids, inputs.cu_seqlens, world_collectives(), options_.ulysses_size,
                                    "engine." + args_.engine.strategy + "." + kUlyssesSize);
   }
   models::HeadOptions head;

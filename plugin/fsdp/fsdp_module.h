@@ -1,5 +1,5 @@
 #pragma once
-// The sharded model: one FsdpUnit per models::Unit, the process groups, and the UnitHooks the model calls around
+// The sharded model: one FsdpUnit per models::Unit over the process groups (process_groups.h), and the UnitHooks the model calls around
 // each unit (docs/ARCHITECTURE.md, "One step"). Unit 0 (embeddings) is FSDP2's root: gathered at the start of the forward and
 // resharded only when the backward is done, which keeps tied embeddings valid for the head. The last unit is not
 // resharded after forward either: its backward comes first.
@@ -15,6 +15,7 @@
 #include "plugin/fsdp/collectives.h"
 #include "plugin/fsdp/fsdp_export.h"
 #include "plugin/fsdp/fsdp_unit.h"
+#include "plugin/fsdp/process_groups.h"
 
 namespace enginery {
 namespace fsdp {
@@ -24,23 +25,6 @@ struct FsdpOptions {
   UnitPrecision precision;
   c10::ScalarType buffer_dtype = c10::kFloat;
   bool reshard_after_forward = true;
-};
-
-// A process group of `size` ranks over a PrefixStore of EngineArgs.store at `prefix` (null when size is 1), waiting
-// as long as the world group does. Only its members call it; `key` names the setting that asked for it in errors.
-ENGINERY_FSDP_API c10::intrusive_ptr<compat::CommGroup> make_subgroup(const EngineArgs& args,
-                                                                      const std::string& prefix, int rank, int size,
-                                                                      const std::string& key);
-
-// The data-parallel process groups: world (all DP ranks), shard (within an HSDP group), replicate (across them).
-struct ENGINERY_FSDP_API DpGroups {
-  // fsdp_size <= 0 or == world size: plain FSDP (shard over everything, no replicas).
-  static DpGroups create(const EngineArgs& args, int64_t fsdp_size);
-  // The world ranks of this rank's shard group, ascending: the contiguous block create() puts it in.
-  std::vector<int64_t> shard_ranks() const;
-  std::shared_ptr<Collectives> world;
-  std::shared_ptr<Collectives> shard;
-  std::shared_ptr<Collectives> replicate;  // size 1 without HSDP
 };
 
 class ENGINERY_FSDP_API FsdpModule : public models::UnitHooks {

@@ -1,11 +1,10 @@
 #include "plugin/fsdp/ulysses.h"
 
-#include <atomic>
 #include <string>
 #include <vector>
 
 #include "host_api/error.h"
-#include "plugin/fsdp/fsdp_module.h"
+#include "plugin/fsdp/process_groups.h"
 
 namespace enginery {
 namespace fsdp {
@@ -85,20 +84,10 @@ void check_groups_share_micro_batch(const torch::Tensor& input_ids, const torch:
 }
 
 UlyssesGroups UlyssesGroups::create(const EngineArgs& args, int64_t size) {
-  const int64_t rank = args.rank, world = args.world_size;
-  // The prefix keeps several engines in one process (actor and critic) apart: every rank builds its engines, and
-  // so these groups, in the same order.
-  static std::atomic<int> instance{0};
-  const std::string base = "enginery_ulysses/" + std::to_string(instance++) + "/";
-  const std::string key = key_of(args);
+  RankGrid grid = make_rank_grid(args, size, "ulysses", key_of(args));
   UlyssesGroups g;
-  const int64_t sequence_index = rank / size, data_index = rank % size;
-  g.sequence = std::make_shared<UlyssesGroup>(std::make_shared<Collectives>(
-      make_subgroup(args, base + "sequence/" + std::to_string(sequence_index), rank % size, size, key), rank % size,
-      size));
-  g.data = std::make_shared<Collectives>(
-      make_subgroup(args, base + "data/" + std::to_string(data_index), rank / size, world / size, key), rank / size,
-      world / size);
+  g.sequence = std::make_shared<UlyssesGroup>(std::move(grid.row));
+  g.data = std::move(grid.column);
   return g;
 }
 

@@ -63,9 +63,7 @@ ConfigSupport VeOmniEngine::config_support(const std::string& device) {
   s.scaler_modes = {ScalerMode::kAuto, ScalerMode::kNever};
   s.hsdp = false;
   s.keep_params_after_forward = false;
-  // The last four are FSDPEngine's.
-  s.backend_options = {"enable_full_shard", "mixed_precision", "offload_step", kOffloadOutsideModes, "fp8",
-                       fsdp::kCheckpointingPolicy};
+  s.backend_options = option_names();
   return s;
 }
 

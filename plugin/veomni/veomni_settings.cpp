@@ -1,10 +1,21 @@
 #include "plugin/veomni/veomni_settings.h"
 
-#include "host_api/error.h"
+#include <algorithm>
+#include <vector>
+
 #include "engine_driver/mode_offload.h"
+#include "host_api/error.h"
+#include "plugin/fsdp/backend_options.h"
+#include "support/list_text.h"
 
 namespace enginery {
 namespace veomni {
+
+std::vector<std::string> option_names() {
+  return {"enable_full_shard", "mixed_precision", fsdp::kOffloadStep, kOffloadOutsideModes, fsdp::kFp8,
+          fsdp::kCheckpointingPolicy};
+}
+
 VeOmniSettings parse_settings(const EngineConfig& engine) {
   VeOmniSettings s;
   for (const auto& [key, value] : engine.backend_options) {
@@ -12,12 +23,8 @@ VeOmniSettings parse_settings(const EngineConfig& engine) {
       s.enable_full_shard = backend_option<bool>(engine, key, s.enable_full_shard);
     } else if (key == "mixed_precision") {
       s.mixed_precision = backend_option<bool>(engine, key, s.mixed_precision);
-    } else if (key == "offload_step" || key == kOffloadOutsideModes || key == "fp8") {
-      // FSDPEngine's (where the offloaded optimizer step runs; state on the host outside the mode contexts; FP8
-      // matmuls): it reads and checks them.
-    } else {
-      throw EngineryError("unknown option '" + key + "'", "engine.veomni." + key,
-                          "enable_full_shard, mixed_precision, offload_step, offload_outside_modes, fp8");
+    } else if (const auto names = option_names(); std::find(names.begin(), names.end(), key) == names.end()) {
+      throw EngineryError("unknown option '" + key + "'", "engine.veomni." + key, join_list(names));
     }
   }
   return s;

@@ -2,6 +2,7 @@
 // VeOmni's own knobs, read from EngineArgs.engine.backend_options (the `[engine.veomni]` TOML table), and how they
 // combine with the host's precision knobs (README.md).
 #include <string>
+#include <vector>
 
 #include "host_api/config.h"
 
@@ -18,6 +19,10 @@ struct VeOmniSettings {
   // compute in bf16.
   bool mixed_precision = true;
 };
+
+// The keys [engine.veomni] takes: its own two, then FSDPEngine's (fsdp::BackendOptions, which reads and checks them)
+// but Ulysses: VeOmni's build path makes no sequence groups.
+std::vector<std::string> option_names();
 
 // Throws EngineryError naming `engine.veomni.<key>` and the allowed values for an unknown key or a bad value.
 VeOmniSettings parse_settings(const EngineConfig& engine);

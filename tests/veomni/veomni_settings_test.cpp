@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_driver/config_checks.h"
+#include "engine_driver/mode_offload.h"
 #include "host_api/error.h"
 #include "plugin/veomni/veomni_engine.h"
 #include "tests/veomni/veomni_test_util.h"
@@ -115,6 +116,24 @@ TEST(VeOmniSettings, BadSettingsAreRejectedNamingTheField) {
       EXPECT_NE(what.find(bad.field), std::string::npos) << what;
       EXPECT_NE(what.find(bad.allowed), std::string::npos) << what;
     }
+  }
+}
+
+// Every key VeOmni declares to the registry (the registry refuses the rest) is one its constructor takes: the
+// inherited FSDPEngine options included, gradient_checkpointing_policy among them.
+TEST(VeOmniSettings, EveryDeclaredOptionIsTaken) {
+  const std::map<std::string, ScalarValue> values = {
+      {"enable_full_shard", true},       {"mixed_precision", true}, {fsdp::kOffloadStep, std::string("device")},
+      {kOffloadOutsideModes, false},     {fsdp::kFp8, std::string("off")},
+      {fsdp::kCheckpointingPolicy, std::string("mlp")}};
+  const auto declared = VeOmniEngine::config_support("cpu").backend_options;
+  ASSERT_EQ(declared.size(), values.size());
+  for (const std::string& key : declared) {
+    ASSERT_TRUE(values.count(key)) << key;
+    auto args = make_args({{key, values.at(key)}});
+    args.model.enable_gradient_checkpointing = true;
+    check_config_supported(VeOmniEngine::config_support("cpu"), args, "veomni");
+    EXPECT_NO_THROW(VeOmniEngine engine(args)) << key;
   }
 }
 
