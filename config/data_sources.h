@@ -7,7 +7,7 @@ namespace enginery {
 
 inline constexpr const char* kBuiltinAddition = "builtin:addition";
 // The allowed values, for messages.
-inline constexpr const char* kDataSourcesAllowed = "builtin:addition, <file>.jsonl, <file>.bin";
+inline const std::string kDataSourcesAllowed = std::string(kBuiltinAddition) + ", <file>.jsonl, <file>.bin";
 
 bool is_builtin_addition(const std::string& spec);
 bool is_jsonl(const std::string& spec);

@@ -136,7 +136,7 @@ class TomlReader : public ConfigVisitor {
       // The printer writes options back as dotted keys: a '.' in the name would come back as a sub-table.
       if (name.str().empty() || name.str().find('.') != std::string_view::npos) {
         throw EngineryError("backend option name '" + std::string(name.str()) + "' is empty or has a '.'",
-                            where_key(item_key, name, item), "plain names such as ulysses_parallel_size");
+                            where_key(item_key, name, item), "plain names such as offload_outside_modes");
       }
       if (item.is_table() || item.is_array()) wrong_type(item_key, item, "a string, number or boolean");
       ScalarValue& value = options[std::string(name.str())];
@@ -369,24 +369,13 @@ void apply_override(toml::table& root, const std::string& text, std::map<std::st
 
 // A typed value as the document's node: held in a one-entry table, whose "v" set_value copies.
 toml::table as_node(const ConfigValue& value) {
-  auto scalar = [](toml::array* into, toml::table* holder, const ScalarValue& v) {
-    std::visit(
-        [&](const auto& x) {
-          if (into != nullptr) {
-            into->push_back(x);
-          } else {
-            holder->insert_or_assign("v", x);
-          }
-        },
-        v);
-  };
   toml::table holder;
   if (const auto* list = std::get_if<ConfigList>(&value)) {
     toml::array array;
-    for (const auto& item : *list) scalar(&array, nullptr, item);
+    for (const auto& item : *list) std::visit([&](const auto& x) { array.push_back(x); }, item);
     holder.insert_or_assign("v", std::move(array));
   } else {
-    scalar(nullptr, &holder, std::get<ScalarValue>(value));
+    std::visit([&](const auto& x) { holder.insert_or_assign("v", x); }, std::get<ScalarValue>(value));
   }
   return holder;
 }

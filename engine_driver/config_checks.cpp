@@ -5,6 +5,7 @@
 #include "host_api/base_engine.h"
 #include "host_api/error.h"
 #include "engine_driver/precision.h"
+#include "support/list_text.h"
 
 namespace enginery {
 namespace {
@@ -15,9 +16,7 @@ bool contains(const std::vector<T>& items, const T& item) {
 }
 
 std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out.empty() ? "nothing but the default" : out;
+  return items.empty() ? "nothing but the default" : join_list(items);
 }
 
 std::string dtypes_text(const std::vector<c10::ScalarType>& dtypes) {

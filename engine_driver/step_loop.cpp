@@ -143,7 +143,8 @@ MicroBatchPlan plan_micro_batches(const BaseEngine& e, const Batch& batch, bool 
   const std::vector<int64_t> tokens = refused ? std::vector<int64_t>{} : valid_tokens_per_row(batch);
   const int64_t budget = micro.tokens;
   // Every rank runs as many micro-batches as the rank that needs the most, so their collectives pair up.
-  const auto count = all_reduce_over(e, {static_cast<double>(min_micro_batches(tokens, budget))}, c10d::ReduceOp::MAX);
+  const auto count =
+      all_reduce_over(e, {static_cast<double>(min_micro_batches(tokens, budget))}, c10d::ReduceOp::MAX);
   if (refused) return {};
   MicroBatchPlan plan = plan_by_tokens(tokens, budget, static_cast<int64_t>(count[0]));
   static std::atomic<bool> warned{false};

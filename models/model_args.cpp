@@ -406,6 +406,10 @@ ModelArgs builtin_args(const std::string& name) {
   return a;
 }
 
+ModelArgs args_of(const ModelSource& source) {
+  return source.is_builtin() ? builtin_args(source.name) : read_hf_config(source.name);
+}
+
 std::string builtin_names() {
   return "builtin:qwen2-tiny, builtin:llama-tiny, builtin:qwen3-tiny, builtin:qwen3-moe-tiny";
 }

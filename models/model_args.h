@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "host_api/config.h"
+
 namespace enginery {
 namespace models {
 
@@ -76,6 +78,9 @@ bool is_moe_layer(const ModelArgs& args, int64_t layer);
 // prefix).
 ModelArgs builtin_args(const std::string& name);
 std::string builtin_names();  // comma-separated, for error messages
+
+// The args of model.path as ModelConfig::source() resolved it: the built-in's, or the directory's config.json.
+ModelArgs args_of(const ModelSource& source);
 
 }  // namespace models
 }  // namespace enginery

@@ -96,7 +96,7 @@ std::shared_ptr<DecoderModel> build_model(const ModelConfig& cfg, const std::str
     throw EngineryError("unknown model type '" + model_type + "'", "model_type", "language_model, value_model");
   }
   const ModelSource source = cfg.source();
-  ModelArgs args = source.is_builtin() ? builtin_args(source.name) : read_hf_config(source.name);
+  ModelArgs args = args_of(source);
   const std::string config_where = source.is_builtin() ? "builtin:" + source.name : source.name + "/config.json";
   std::shared_ptr<CausalLM> model;
   // Sizes within the parser's limits can still exceed this machine's memory: say so naming the config, instead

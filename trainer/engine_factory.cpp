@@ -67,13 +67,6 @@ PluginLoadReport load_plugins(EngineRegistry& registry, const std::vector<Plugin
 
 namespace {
 
-// A refusal of the registry names the config key as its "where"; the user wants the file:line:col (or --set flag)
-// that set it.
-[[noreturn]] void rethrow_at_origin(const EngineryError& e, const TrainConfig& config) {
-  if (config.origins.count(e.where())) throw EngineryError(e.what_failed(), config.where(e.where()), e.allowed());
-  throw e;
-}
-
 void check_config_honoured(const EngineRegistry& registry, const EngineKey& key, const TrainConfig& config,
                            int64_t world_size) {
   EngineArgs args;

@@ -9,14 +9,10 @@ namespace enginery {
 namespace fsdp {
 namespace {
 
-std::string key_of(const EngineConfig& engine, const std::string& name) {
-  return "engine." + engine.strategy + "." + name;
-}
-
 bool host_step_wanted(const EngineConfig& engine) {
   const std::string where = backend_option<std::string>(engine, kOffloadStep, "device");
   if (where == "device") return false;
-  const std::string key = key_of(engine, kOffloadStep);
+  const std::string key = option_key(engine, kOffloadStep);
   if (where != "host") throw EngineryError("unknown value '" + where + "'", key, "device, host");
   if (!engine.param_offload || !engine.optimizer_offload) {
     throw EngineryError("a host optimizer step needs the parameters and the optimizer state on the host", key,
@@ -30,7 +26,7 @@ bool host_step_wanted(const EngineConfig& engine) {
 models::Fp8Recipe fp8_wanted(const EngineArgs& args, const torch::Device& device) {
   const std::string recipe = backend_option<std::string>(args.engine, kFp8, "off");
   if (recipe == "off") return models::Fp8Recipe::kOff;
-  const std::string key = key_of(args.engine, kFp8);
+  const std::string key = option_key(args.engine, kFp8);
   if (recipe != "tensorwise" && recipe != "delayed") {
     throw EngineryError("unknown value '" + recipe + "'", key, "off, tensorwise, delayed");
   }
@@ -48,6 +44,10 @@ models::Fp8Recipe fp8_wanted(const EngineArgs& args, const torch::Device& device
 
 }  // namespace
 
+std::string option_key(const EngineConfig& engine, const std::string& name) {
+  return "engine." + engine.strategy + "." + name;
+}
+
 BackendOptions BackendOptions::read(const EngineArgs& args, const torch::Device& device) {
   BackendOptions o;
   o.host_optimizer_step = host_step_wanted(args.engine);
@@ -55,7 +55,7 @@ BackendOptions BackendOptions::read(const EngineArgs& args, const torch::Device&
   o.fp8 = fp8_wanted(args, device);
   o.recompute = models::recompute_policy(args.model.enable_gradient_checkpointing,
                                          backend_option<std::string>(args.engine, kCheckpointingPolicy, "layer"),
-                                         key_of(args.engine, kCheckpointingPolicy));
+                                         option_key(args.engine, kCheckpointingPolicy));
   o.ulysses_size = ulysses_size_wanted(args);
   return o;
 }

@@ -18,6 +18,9 @@ inline constexpr const char* kOffloadStep = "offload_step";
 inline constexpr const char* kFp8 = "fp8";
 inline constexpr const char* kCheckpointingPolicy = "gradient_checkpointing_policy";
 
+// "engine.<backend>.<name>": how errors name an option.
+ENGINERY_FSDP_API std::string option_key(const EngineConfig& engine, const std::string& name);
+
 struct ENGINERY_FSDP_API BackendOptions {
   // offload_step = "device" | "host": where the offloaded optimizer step runs (host: AdamW::step_on_host; needs
   // engine.param_offload and engine.optimizer_offload).

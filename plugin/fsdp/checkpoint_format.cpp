@@ -10,6 +10,7 @@
 
 #include "host_api/error.h"
 #include "support/input_files.h"
+#include "support/list_text.h"
 
 namespace enginery {
 namespace fsdp {
@@ -78,9 +79,7 @@ class Fields {
                      const std::vector<std::string>& allowed) const {
     std::string s = string(v, parent, key);
     if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
-    std::string list;
-    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-    fail(join(parent, key), "is '" + s + "'", list);
+    fail(join(parent, key), "is '" + s + "'", join_list(allowed));
   }
   const json& array(const json& obj, const std::string& parent, const char* key) const {
     const json& v = member(obj, parent, key);

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "support/durable_fs.h"
+#include "support/list_text.h"
 #include "host_api/error.h"
 #include "engine_driver/precision.h"
 #include "models/model_factory.h"
@@ -40,9 +41,7 @@ Contents parse_contents(const std::vector<std::string>& names, bool saving, cons
   Contents c;
   for (const auto& n : names) {
     if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      throw EngineryError("unknown checkpoint content '" + n + "'", field, list);
+      throw EngineryError("unknown checkpoint content '" + n + "'", field, join_list(allowed));
     }
     c.model = c.model || n == kContentModel;
     c.optimizer = c.optimizer || n == kContentOptimizer;

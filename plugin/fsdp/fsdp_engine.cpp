@@ -70,7 +70,7 @@ void FSDPEngine::initialize() {
   if (options_.fp8 != models::Fp8Recipe::kOff) model_->set_fp8_recipe(options_.fp8);
   apply_recompute_policy();
   model_->check_sequence_parallel(options_.ulysses_size, args_.world_size,
-                                  "engine." + args_.engine.strategy + "." + kUlyssesSize);
+                                  option_key(args_.engine, kUlyssesSize));
   if (options_.ulysses_size > 1) ulysses_ = UlyssesGroups::create(args_, options_.ulysses_size);
   shard_model();
   if (!fsdp_) {

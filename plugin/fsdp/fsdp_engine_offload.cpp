@@ -93,8 +93,8 @@ void FSDPEngine::require_resident(const std::string& what, bool model, bool opti
   if (parts.empty()) return;
   std::string remedy = "call to(" + device_.str() + ") first";
   if (options_.offload_outside_modes) {
-    remedy += ", or call it inside train_mode() / eval_mode(): engine." + args_.engine.strategy + "." +
-              kOffloadOutsideModes + " keeps the state on the host outside them";
+    remedy += ", or call it inside train_mode() / eval_mode(): " + option_key(args_.engine, kOffloadOutsideModes) +
+              " keeps the state on the host outside them";
   }
   throw EngineryError(what + ": the engine is offloaded to cpu (" + parts + "); " + remedy,
                       "fsdp engine (" + args_.engine.strategy + "), rank " + std::to_string(args_.rank));

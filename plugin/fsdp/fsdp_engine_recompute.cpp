@@ -16,7 +16,7 @@ void FSDPEngine::apply_recompute_policy() {
   if (lm == nullptr) {
     throw EngineryError("a " + model_->hf_model_type() + " model built outside models::build_model has no " +
                             "checkpointing policies (models::Recompute)",
-                        "engine." + args_.engine.strategy + "." + kCheckpointingPolicy, "layer");
+                        option_key(args_.engine, kCheckpointingPolicy), "layer");
   }
   lm->set_recompute(options_.recompute);
 }

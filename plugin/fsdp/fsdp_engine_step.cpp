@@ -20,7 +20,7 @@ MicroBatchResult FSDPEngine::forward_step(const Batch& micro_batch, const LossFn
   inputs.sequence_parallel = ulysses_.sequence.get();  // null without Ulysses (ulysses.h)
   if (ulysses_.sequence) {
     check_groups_share_micro_batch(inputs.input_ids, inputs.cu_seqlens, world_collectives(), options_.ulysses_size,
-                                   "engine." + args_.engine.strategy + "." + kUlyssesSize);
+                                   option_key(args_.engine, kUlyssesSize));
   }
   models::HeadOptions head;
   head.compute_entropy = ctx.calculate_entropy;

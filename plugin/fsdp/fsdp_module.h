@@ -1,8 +1,8 @@
 #pragma once
-// The sharded model: one FsdpUnit per models::Unit over the process groups (process_groups.h), and the UnitHooks the model calls around
-// each unit (docs/ARCHITECTURE.md, "One step"). Unit 0 (embeddings) is FSDP2's root: gathered at the start of the forward and
-// resharded only when the backward is done, which keeps tied embeddings valid for the head. The last unit is not
-// resharded after forward either: its backward comes first.
+// The sharded model: one FsdpUnit per models::Unit over the process groups (process_groups.h), and the UnitHooks
+// the model calls around each unit (docs/ARCHITECTURE.md, "One step"). Unit 0 (embeddings) is FSDP2's root:
+// gathered at the start of the forward and resharded only when the backward is done, which keeps tied embeddings
+// valid for the head. The last unit is not resharded after forward either: its backward comes first.
 #include <torch/torch.h>
 
 #include <functional>

@@ -1,5 +1,9 @@
 #include "plugin/fsdp/residency.h"
 
+#include <vector>
+
+#include "support/list_text.h"
+
 namespace enginery {
 namespace fsdp {
 
@@ -15,14 +19,11 @@ void Residency::moved(const StateParts& parts, bool away) {
 }
 
 std::string Residency::away_among(const StateParts& needed) const {
-  std::string parts;
-  auto add = [&](bool wanted, bool is_away, const char* name) {
-    if (wanted && is_away) parts += (parts.empty() ? "" : ", ") + std::string(name);
-  };
-  add(needed.model, away_.model, "model");
-  add(needed.optimizer, away_.optimizer, "optimizer");
-  add(needed.grad, away_.grad, "grad");
-  return parts;
+  std::vector<std::string> parts;
+  if (needed.model && away_.model) parts.emplace_back("model");
+  if (needed.optimizer && away_.optimizer) parts.emplace_back("optimizer");
+  if (needed.grad && away_.grad) parts.emplace_back("grad");
+  return join_list(parts);
 }
 
 }  // namespace fsdp

@@ -4,13 +4,14 @@
 #include <vector>
 
 #include "host_api/error.h"
+#include "plugin/fsdp/backend_options.h"
 #include "plugin/fsdp/process_groups.h"
 
 namespace enginery {
 namespace fsdp {
 namespace {
 
-std::string key_of(const EngineArgs& args) { return "engine." + args.engine.strategy + "." + kUlyssesSize; }
+std::string key_of(const EngineArgs& args) { return option_key(args.engine, kUlyssesSize); }
 
 std::string divisors(int64_t n) {
   std::string out;

@@ -91,9 +91,7 @@ std::shared_ptr<models::DecoderModel> VeOmniEngine::build_model() {
     throw EngineryError("unknown model type '" + args_.model_type + "'", where("model_type"),
                         "language_model, value_model");
   }
-  const ModelSource source = args_.model.source();
-  const models::ModelArgs margs =
-      source.is_builtin() ? models::builtin_args(source.name) : models::read_hf_config(source.name);
+  const models::ModelArgs margs = models::args_of(args_.model.source());
   auto model = structure_only(margs, head);
   model->set_gradient_checkpointing(args_.model.enable_gradient_checkpointing);
   return model;

@@ -18,7 +18,6 @@ namespace python {
 namespace {
 
 const char* kConfigSource = "new_engine config";
-const char* kEngineSections = "model.*, engine.*, optim.*, checkpoint.*";
 
 EngineRegistry& registry() {
   // Never destroyed: engines and their plugin libraries may outlive the module's teardown at interpreter exit.
@@ -26,15 +25,10 @@ EngineRegistry& registry() {
   return *instance;
 }
 
-bool is_engine_key(const std::string& key) {
-  const std::string section = key.substr(0, key.find('.'));
-  return section == "model" || section == "engine" || section == "optim" || section == "checkpoint";
-}
-
 // The config dict holds engine settings only: the trainer's own sections mean nothing to an engine.
 void check_engine_key(const std::string& key) {
   if (!is_engine_key(key)) {
-    throw EngineryError("'" + key + "' is not an engine setting", kConfigSource, kEngineSections);
+    throw EngineryError("'" + key + "' is not an engine setting", kConfigSource, engine_sections_allowed());
   }
 }
 
@@ -237,9 +231,7 @@ std::shared_ptr<PyEngine> new_engine(const EngineRequest& request, const py::obj
     py::gil_scoped_release release;
     engine = registry().create(request.model_type, request.backend, request.device, args);
   } catch (const EngineryError& e) {
-    // The registry names the config key; the user wants the entry of their dict that set it.
-    if (config.origins.count(e.where())) throw EngineryError(e.what_failed(), config.where(e.where()), e.allowed());
-    throw;
+    rethrow_at_origin(e, config);  // the entry of the user's dict that set the key
   }
   return std::make_shared<PyEngine>(std::move(engine), batch_limits(config));
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The Python module's door to the plugins (docs/ARCHITECTURE.md, "Plugins and packaging"): one registry per process,
-// and engines built from verl's dotted config keys through the trainer's parser (config/train_config.h), so a
+// and engines built from verl's dotted config keys through the configuration library's reader (config/), so a
 // key means the same in a TOML file, on the command line and in Python.
 #include <memory>
 #include <string>

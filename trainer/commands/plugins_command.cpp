@@ -7,17 +7,12 @@
 #include <memory>
 
 #include "registry/plugin_loader.h"
+#include "support/list_text.h"
 #include "trainer/command.h"
 #include "trainer/engine_factory.h"
 
 namespace enginery {
 namespace {
-
-std::string joined(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
 
 int run_plugins(const std::vector<std::string>& plugin_dirs) {
   // The same search path `enginery train` uses with no plugins.dirs in its config, so the two always agree.
@@ -41,7 +36,7 @@ int run_plugins(const std::vector<std::string>& plugin_dirs) {
       // What the engine declared at registration (docs/ARCHITECTURE.md, "The contract").
       for (const auto& info : engines) {
         if (info.key == engine.key && !info.capabilities.empty()) {
-          std::cout << "  [" << joined(info.capabilities) << "]";
+          std::cout << "  [" << join_list(info.capabilities) << "]";
         }
       }
       std::cout << "\n";

@@ -7,10 +7,8 @@ namespace enginery {
 
 void check_rollout_settings(const TrainConfig& c, const Dataset& train, const TokenLimits& limits,
                             const c10::Device& device) {
-  const ModelSource source = c.model.source();
   models::GenerationTarget target;
-  target.model_type =
-      (source.is_builtin() ? models::builtin_args(source.name) : models::read_hf_config(source.name)).model_type;
+  target.model_type = models::args_of(c.model.source()).model_type;
   // Every prompt of the built-in task (the one GRPO reads, config/reader.cpp) has the same length.
   target.longest_prompt = static_cast<int64_t>(grpo::prompt_of(train.get(0), c.data.train_files).ids.size());
   target.prompt_where = train.describe();
