@@ -155,7 +155,8 @@ TEST(FsdpMicroBatch, DynamicBatchSizeEqualsFixedMicroBatches) {
       // its two rows over the agreed 3 and runs one filler.
       const double real = ctx.rank == 0 ? 3.0 : 2.0;
       EXPECT_NEAR(b.metrics.at("tokens").item<double>() * real, a.metrics.at("tokens").item<double>(), 1e-9);
-      // The reduced gradients (this rank's shards) agree to fp32 summation order.
+      // The reduced gradients (this rank's shards) agree to fp32 summation order: up to 1.5e-6 of the largest entry
+      // on an AVX-512 machine, whose matmul kernels block the micro-batches' shapes differently.
       fixed.fsdp_module()->settle_grads();
       dynamic.fsdp_module()->settle_grads();
       auto& units_a = fixed.fsdp_module()->units();
@@ -163,7 +164,7 @@ TEST(FsdpMicroBatch, DynamicBatchSizeEqualsFixedMicroBatches) {
       for (size_t u = 0; u < units_a.size(); ++u) {
         const auto ga = units_a[u].shard_grad().to(torch::kFloat), gb = units_b[u].shard_grad().to(torch::kFloat);
         const double scale = ga.abs().max().item<double>();
-        EXPECT_LE((ga - gb).abs().max().item<double>(), 1e-6 * scale) << units_a[u].name() << ", step " << step;
+        EXPECT_LE((ga - gb).abs().max().item<double>(), 5e-6 * scale) << units_a[u].name() << ", step " << step;
       }
       const double na = fixed.optimizer_step().item<double>(), nb = dynamic.optimizer_step().item<double>();
       EXPECT_NEAR(na, nb, 1e-6 * na);

@@ -20,14 +20,17 @@ struct Variant {
   int64_t sp = 1;
   bool dynamic = false;
   bool checkpointing = false;
-  bool value_model = false;
-  int64_t fsdp_size = -1;  // HSDP below the world size: its gradient shards are not the first engine's, the norm
-                           // and the parameters are compared  // verl's critic: the value head, value_loss; else the language head, loss_with_entropy
+  bool value_model = false;  // verl's critic: the value head, value_loss; else the language head, loss_with_entropy
+  int64_t fsdp_size = -1;     // HSDP below the world size: its gradient shards are not the first engine's, the norm
+                              // and the parameters are compared
 };
 
-// How far an engine may be from the first (relative to the first's largest magnitude; params: absolute).
+// How far an engine may be from the first (relative to the first's largest magnitude; params: absolute). Gradients
+// are sums over every token in another order (heads exchanged, each rank's slice of the sequence): up to 1.4e-5 of
+// the largest entry seen on an AVX-512 CPU, whose fp32 kernels round differently from AVX2's; a wrong exchange is
+// off by the entry's size.
 struct Tolerance {
-  double loss = 1e-6, outputs = 1e-5, grads = 1e-5, norm = 1e-5, params = 1e-5;
+  double loss = 1e-6, outputs = 1e-5, grads = 5e-5, norm = 1e-5, params = 1e-5;
 };
 
 // The engine's arguments on this rank: `setup` adapts them to the device (a CUDA test sets the device and group).

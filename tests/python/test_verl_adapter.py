@@ -132,7 +132,10 @@ def test_the_loss_sees_its_micro_batchs_rows_with_outputs_nested_on_their_offset
         seen.append([int(n) for n in data["input_ids"].offsets().diff()])
         for row, ids in zip(log_probs.unbind(), data["input_ids"].unbind()):
             r = next(i for i, t in enumerate(every_row) if t.shape == ids.shape and torch.equal(t, ids))
-            assert torch.equal(row, whole[r]), r
+            # The same row's log-probs, computed in a micro-batch of other rows: equal up to the fp32 rounding of the
+            # CPU's matmul kernels, whose blocking depends on how many rows they get (AVX-512 machines round the
+            # two shapes apart; AVX2 ones happen not to). A row placed at another row's offsets is off by whole nats.
+            torch.testing.assert_close(row, whole[r], rtol=1e-5, atol=1e-5, msg=f"row {r}")
         return verl_common.sft_loss(model_output, data, dp_group)
 
     out = engine.infer_batch(data, loss_function)
