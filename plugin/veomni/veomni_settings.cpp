@@ -3,17 +3,20 @@
 #include <algorithm>
 #include <vector>
 
-#include "engine_driver/mode_offload.h"
 #include "host_api/error.h"
 #include "plugin/fsdp/backend_options.h"
+#include "plugin/fsdp/ulysses.h"
 #include "support/list_text.h"
 
 namespace enginery {
 namespace veomni {
 
 std::vector<std::string> option_names() {
-  return {"enable_full_shard", "mixed_precision", fsdp::kOffloadStep, kOffloadOutsideModes, fsdp::kFp8,
-          fsdp::kCheckpointingPolicy};
+  std::vector<std::string> names = {"enable_full_shard", "mixed_precision"};
+  for (const auto& name : fsdp::BackendOptions::names()) {
+    if (name != fsdp::kUlyssesSize) names.push_back(name);
+  }
+  return names;
 }
 
 VeOmniSettings parse_settings(const EngineConfig& engine) {
