@@ -189,7 +189,9 @@ def table(results, args, params, versions, work):
         f"{min(min(p['tokens']) for r in results for p in r['phases'].values())}-"
         f"{max(max(p['tokens']) for r in results for p in r['phases'].values())} tokens per batch, no padding); "
         f"{'dynamic batch size, ' + str(args.max_tokens) + ' tokens per micro-batch' if args.max_tokens else str(args.micro_batch) + ' rows per micro-batch'}; "
-        f"activation checkpointing {'on' if args.activation_checkpointing else 'off'}; verl's ppo_loss / sft_loss; "
+        f"activation checkpointing {'on' if args.activation_checkpointing else 'off'}"
+        f"{' (enginery recomputes the MLP block only: gradient_checkpointing_policy = mlp)' if args.activation_checkpointing and args.recompute_policy == 'mlp' else ''}"
+        f"; verl's ppo_loss / sft_loss; "
         f"AdamW lr {args.lr}, clip 1.0; {args.warmup} warm-up + {args.steps} timed calls per phase, "
         f"{args.rounds} round(s) per engine; one process per engine and round; {versions}.")
     if verl_first:
@@ -306,6 +308,9 @@ def parse_args():
     ap.add_argument("--phases", type=lambda s: s.split(","), default=list(engine_phases.PHASES))
     ap.add_argument("--activation-checkpointing", type=int, choices=(0, 1), default=None,
                     help="enable_gradient_checkpointing for both (default 1 on cuda, as verl's default; 0 on cpu)")
+    ap.add_argument("--recompute-policy", choices=("layer", "mlp"), default="layer",
+                    help="what enginery recomputes under activation checkpointing (its engine config's "
+                         "gradient_checkpointing_policy: whole layers, as verl's engine, or the MLP block only)")
     ap.add_argument("--verl-options", type=parse_options, default=None,
                     help=f"verl's speed options, e.g. use_liger=1,use_torch_compile=1 (allowed: "
                          f"{', '.join(VERL_OPTIONS)}; default: all on cuda, none on cpu)")

@@ -263,7 +263,8 @@ def main(args):
         engine_config = FSDPEngineConfig(strategy="fsdp2", mixed_precision=mixed, model_dtype="fp32",
                                          use_torch_compile=verl_options.get("use_torch_compile", False))
     else:
-        engine_config = EngineryEngineConfig(strategy="enginery_fsdp2", mixed_precision=mixed, model_dtype="fp32")
+        engine_config = EngineryEngineConfig(strategy="enginery_fsdp2", mixed_precision=mixed, model_dtype="fp32",
+                                             gradient_checkpointing_policy=args.recompute_policy)
     attention = varlen_attention.NAME if cuda else "sdpa"
     model_config = HFModelConfig(path=os.path.join(work, "model"), load_tokenizer=False,
                                  override_config={"attn_implementation": attention},

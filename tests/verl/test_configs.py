@@ -132,3 +132,44 @@ def test_ulysses_size_is_verls_field_and_reaches_the_engine(tiny_model_dir):
         new_engine(tiny_model_dir, backend="enginery_veomni",
                    engine=EngineryEngineConfig(strategy="enginery_veomni", ulysses_sequence_parallel_size=2))
 
+
+
+
+def test_gradient_checkpointing_policy_is_a_field_of_enginerys_config_and_reaches_the_engine(tiny_model_dir):
+    """Selective recomputation inside verl: enginery's engine config carries [engine.<backend>]
+    gradient_checkpointing_policy beside verl's enable_gradient_checkpointing switch. With checkpointing on, an SFT
+    step under "mlp" (the MLP block recomputed) gives the loss, grad norm and log-probs after the step of "layer" (the
+    whole layer, verl's meaning); the engine refuses an unknown policy, and "mlp" without checkpointing, by name."""
+    from functools import partial
+
+    import verl_batches
+    from test_losses import FP32, PROMPTS, RESPONSES, ppo_batch
+    from verl.workers.utils.losses import sft_loss
+
+    def step(policy, checkpointing=True):
+        engine = new_engine(tiny_model_dir,
+                            model=model_config(tiny_model_dir, enable_gradient_checkpointing=checkpointing),
+                            engine=engine_config(strategy="enginery_fsdp2", mixed_precision=FP32,
+                                                 gradient_checkpointing_policy=policy),
+                            optim=optimizer_config(lr=1e-3, total_training_steps=4))
+        engine.initialize()
+        with engine.train_mode():
+            out = engine.train_batch(verl_batches.sft_batch(PROMPTS, RESPONSES, micro_batch=2),
+                                     partial(sft_loss, config=None))
+        with engine.eval_mode():
+            after = engine.infer_batch(ppo_batch([torch.zeros(len(r)) for r in RESPONSES]))["model_output"]
+        return out, [after["log_probs"][row] for row in range(len(PROMPTS))]
+
+    layer, layer_after = step("layer")
+    mlp, mlp_after = step("mlp")
+    assert mlp["loss"] == pytest.approx(layer["loss"], rel=1e-6)
+    assert mlp["metrics"]["grad_norm"] == pytest.approx(layer["metrics"]["grad_norm"], rel=1e-5)
+    assert layer["metrics"]["grad_norm"] > 0
+    for a, b in zip(mlp_after, layer_after):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(enginery.EngineryError,
+                       match=r"engine\.fsdp2\.gradient_checkpointing_policy.*unknown policy 'attention'"):
+        step("attention")
+    with pytest.raises(enginery.EngineryError,
+                       match=r"engine\.fsdp2\.gradient_checkpointing_policy.*enable_gradient_checkpointing is false"):
+        step("mlp", checkpointing=False)

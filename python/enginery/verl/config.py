@@ -18,7 +18,12 @@ import enginery
 # (config/schema.cpp, through the extension), and the backend options ([engine.<backend>]) verl's engine
 # configs carry. model.trust_remote_code is a key enginery parses but only at false (it runs its own model code,
 # never a checkpoint's): as a verl field it follows the default-or-refused rule below.
-_BACKEND_OPTIONS = {"engine": {"offload_outside_modes", "ulysses_sequence_parallel_size"}}
+# Backend options of enginery's ([engine.<backend>]) that verl's engine configs carry flat in their engine section,
+# each with its off value: verl's FSDPEngineConfig field ulysses_sequence_parallel_size, and EngineryEngineConfig's
+# offload_outside_modes and gradient_checkpointing_policy (what backward recomputes).
+FLAT_BACKEND_OPTIONS = {"ulysses_sequence_parallel_size": 1, "offload_outside_modes": False,
+                        "gradient_checkpointing_policy": "layer"}
+_BACKEND_OPTIONS = {"engine": set(FLAT_BACKEND_OPTIONS)}
 _ONLY_AT_DEFAULT = {"model.trust_remote_code"}
 _engine_keys = []  # filled on first use: the extension's list
 

@@ -10,6 +10,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 import enginery
 
 from . import layout
+from .config import FLAT_BACKEND_OPTIONS
 from .config import error as _error
 from .config import section as _section
 from .layout import LayoutError
@@ -72,13 +73,11 @@ class EngineryVerlEngine:
     def _new_engine(self, sections):
         sections = {name: dict(values) for name, values in sections.items()}
         sections["engine"].pop("strategy", None)
-        # Backend options of enginery's ([engine.<backend>]) that verl's engine config carries flat: verl's
-        # FSDPEngineConfig field, and offload_outside_modes (state in host memory outside the modes, which the
-        # engine's mode guards move). Each at its off value (of its own type: True is not a size 1) is left out, so
-        # that a backend without the option accepts verl's default.
-        flat = {key: sections["engine"].pop(key) for key in (_ULYSSES, "offload_outside_modes")
-                if key in sections["engine"]}
-        for key, off in ((_ULYSSES, 1), ("offload_outside_modes", False)):
+        # The backend options verl's engine config carries flat go to [engine.<backend>]. Each at its off value (of
+        # its own type: True is not a size 1) is left out, so that a backend without the option accepts verl's
+        # default.
+        flat = {key: sections["engine"].pop(key) for key in FLAT_BACKEND_OPTIONS if key in sections["engine"]}
+        for key, off in FLAT_BACKEND_OPTIONS.items():
             if key in flat and type(flat[key]) is type(off) and flat[key] == off:
                 del flat[key]
         if flat:
@@ -319,9 +318,6 @@ class EngineryVerlEngine:
         if not (dist.is_available() and dist.is_initialized()):
             return True
         return dist.get_rank() % (dist.get_world_size() // self._engine.get_data_parallel_size()) == 0
-
-
-_ULYSSES = "ulysses_sequence_parallel_size"
 
 
 def _data_parallel_group(data_parallel_size):

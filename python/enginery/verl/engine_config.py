@@ -32,6 +32,10 @@ class EngineryEngineConfig(EngineConfig):
     ulysses_sequence_parallel_size: int = 1
     # The state in host memory outside train_mode()/eval_mode() (python/README.md, "enginery.verl in detail").
     offload_outside_modes: bool = False
+    # What backward recomputes when the model config's enable_gradient_checkpointing is on: "layer" (whole decoder
+    # layers, verl's meaning) or "mlp" (the MLP block only: attention's outputs are kept; docs/ARCHITECTURE.md,
+    # "Activation checkpointing"). The engine checks the value, and refuses "mlp" without checkpointing.
+    gradient_checkpointing_policy: str = "layer"
 
     def __post_init__(self):
         super().__post_init__()
