@@ -14,16 +14,15 @@ import dataclasses
 
 import enginery
 
-# A field is read when the engine reads the key of its name in its section: the keys new_engine's config takes
-# (config/schema.cpp, through the extension), and the backend options ([engine.<backend>]) verl's engine
-# configs carry. model.trust_remote_code is a key enginery parses but only at false (it runs its own model code,
-# never a checkpoint's): as a verl field it follows the default-or-refused rule below.
 # Backend options of enginery's ([engine.<backend>]) that verl's engine configs carry flat in their engine section,
 # each with its off value: verl's FSDPEngineConfig field ulysses_sequence_parallel_size, and EngineryEngineConfig's
 # offload_outside_modes and gradient_checkpointing_policy (what backward recomputes).
 FLAT_BACKEND_OPTIONS = {"ulysses_sequence_parallel_size": 1, "offload_outside_modes": False,
                         "gradient_checkpointing_policy": "layer"}
-_BACKEND_OPTIONS = {"engine": set(FLAT_BACKEND_OPTIONS)}
+# A field is read when the engine reads the key of its name in its section: the keys new_engine's config takes
+# (config/schema.cpp, through the extension), and the flat backend options above in the engine section.
+# model.trust_remote_code is a key enginery parses but only at false (it runs its own model code, never a
+# checkpoint's): as a verl field it follows the default-or-refused rule below.
 _ONLY_AT_DEFAULT = {"model.trust_remote_code"}
 _engine_keys = []  # filled on first use: the extension's list
 
@@ -34,7 +33,7 @@ def _read_by_the_engine(section, name):
     key = f"{section}.{name}"
     if key in _ONLY_AT_DEFAULT or name in _NOT_READ_BY_VERL[section]:
         return False
-    return (name in _BACKEND_OPTIONS.get(section, ()) or key in _engine_keys
+    return ((section == "engine" and name in FLAT_BACKEND_OPTIONS) or key in _engine_keys
             or any(k.startswith(key + ".") for k in _engine_keys))
 
 
