@@ -190,7 +190,7 @@ def table(results, args, params, versions, work):
         f"{max(max(p['tokens']) for r in results for p in r['phases'].values())} tokens per batch, no padding); "
         f"{'dynamic batch size, ' + str(args.max_tokens) + ' tokens per micro-batch' if args.max_tokens else str(args.micro_batch) + ' rows per micro-batch'}; "
         f"activation checkpointing {'on' if args.activation_checkpointing else 'off'}"
-        f"{' (enginery recomputes the MLP block only: gradient_checkpointing_policy = mlp)' if args.activation_checkpointing and args.recompute_policy == 'mlp' else ''}"
+        f"{' (enginery recomputes the MLP block only: gradient_checkpointing_policy = mlp)' if args.recompute_policy == 'mlp' else ''}"
         f"; verl's ppo_loss / sft_loss; "
         f"AdamW lr {args.lr}, clip 1.0; {args.warmup} warm-up + {args.steps} timed calls per phase, "
         f"{args.rounds} round(s) per engine; one process per engine and round; {versions}.")
@@ -349,6 +349,9 @@ def parse_args():
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.activation_checkpointing = bool(args.activation_checkpointing)
+    if args.recompute_policy != "layer" and not args.activation_checkpointing:
+        ap.error(f"--recompute-policy {args.recompute_policy} chooses what checkpointing recomputes: add "
+                 f"--activation-checkpointing 1 (checkpointing is off by default on cpu)")
     args.batches = args.warmup + args.steps
     for e in args.engines:
         if e not in engine_phases.BACKENDS:
