@@ -18,8 +18,8 @@ struct NamedTensor {
 class WeightStream {
  public:
   virtual ~WeightStream();
-  // The next group of full tensors (engine's device, stream's dtype), empty when done. They may be views of a buffer
-  // the following next() reuses: copy what must outlive it, and drop the group before asking for the next one.
+  // The next group of full tensors (engine's device, stream's dtype), empty when done. The caller's own: no later
+  // next() reuses their memory and none aliases the engine's weights, so a receiver keeps them without copying.
   virtual std::vector<NamedTensor> next() = 0;
 };
 

@@ -252,8 +252,9 @@ void FsdpUnit::reduce_grads() {
 std::vector<torch::Tensor> FsdpUnit::gather_full(c10::ScalarType dtype) const {
   // to(device_) as well: the shard may live in host memory (offloaded) while the collective runs on the device.
   const auto local = shard_.to(device_, dtype);
-  // Alone, a cast or a move already made a fresh buffer to hand out; the master shard itself never leaves.
-  if (layout_->world() == 1 && !local.is_same(shard_)) return layout_->unpack(local);
+  // Alone, the full tensors are the shard: a cast or a move already made a fresh buffer to hand out, else a copy
+  // does (the caller owns what it gets, host_api/exports.h: the master shard itself never leaves).
+  if (layout_->world() == 1) return layout_->unpack(local.is_same(shard_) ? shard_.clone() : local);
   auto gathered = torch::empty({layout_->world() * layout_->shard_numel()}, local.options());
   shard_group_->all_gather_into(gathered, local);
   return layout_->unpack(gathered);

@@ -82,7 +82,7 @@ class ENGINERY_FSDP_API FsdpUnit {
 
   // Full parameters gathered from the master shards (collective), in param_names() order, in `dtype`: the shard
   // is cast before the all-gather, so a bf16 export moves half the bytes of an fp32 one and is bitwise the fp32
-  // gather cast afterwards. Views of one buffer where the layout aliases it.
+  // gather cast afterwards. Views of one fresh buffer (never of the master shard) where the layout aliases it.
   std::vector<torch::Tensor> gather_full(c10::ScalarType dtype) const;
   std::vector<torch::Tensor> gather_full_master() const { return gather_full(shard_.scalar_type()); }
 

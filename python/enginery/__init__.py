@@ -68,11 +68,11 @@ __all__ = ["Engine", "EngineryError", "LossContext", "ModeContext", "ShardStream
 def _get_per_tensor_param(self, dtype=None):
     """Every full weight as (Hugging Face name, tensor), one FSDP unit gathered at a time, in `dtype` (None: fp32,
     the master weights' precision; a rollout engine wants torch.bfloat16). Collective: every rank must exhaust the
-    generator. The stream may reuse a unit's buffer for the next unit, so each tensor handed out is a copy
-    (host_api/exports.h); Engine.weight_buckets(dtype, bucket_bytes) packs them into flat buffers instead."""
+    generator. Each tensor is the caller's: no later item reuses its memory and it never aliases the engine's
+    weights (host_api/exports.h), so none is copied here; Engine.weight_buckets(dtype, bucket_bytes) packs them into
+    flat buffers instead."""
     for group in self.weight_stream(torch.float32 if dtype is None else dtype):
-        for name, tensor in group:
-            yield name, tensor.clone()
+        yield from group
 
 
 def _local_shards(self, dtype=None):

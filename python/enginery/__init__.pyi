@@ -77,7 +77,7 @@ class Engine:
     # Full weights by Hugging Face name, one FSDP unit gathered at a time; collective (every rank exhausts it).
     # dtype None: torch.float32. Each tensor is a copy the caller owns.
     def get_per_tensor_param(self, dtype: Optional[torch.dtype] = ...) -> Iterator[Tuple[str, torch.Tensor]]: ...
-    # The raw stream: one list of (name, tensor) per unit; the tensors may be reused by the next item.
+    # The raw stream: one list of (name, tensor) per unit, tensors the caller owns.
     def weight_stream(self, dtype: torch.dtype) -> "WeightStream": ...
     # Flat buffers of at most bucket_bytes (a larger tensor gets its own), each with (name, offset, numel, shape)
     # entries in elements of dtype; collective.

@@ -10,8 +10,8 @@
 namespace enginery {
 namespace python {
 
-// Python iterator over WeightStream's groups: each item a list of (name, tensor). The tensors may be views of a
-// buffer the next item reuses (the stream's contract); enginery.Engine.get_per_tensor_param copies them.
+// Python iterator over WeightStream's groups: each item a list of (name, tensor), tensors the caller owns (the
+// stream's contract), which enginery.Engine.get_per_tensor_param hands out as they are.
 class PyWeightStream {
  public:
   PyWeightStream(std::shared_ptr<BaseEngine> engine, c10::ScalarType dtype);

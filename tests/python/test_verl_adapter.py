@@ -375,7 +375,9 @@ def test_registration_with_a_registry_shaped_like_verls():
 
 
 def test_per_tensor_params_are_the_hf_checkpoints_tensors(tmp_path):
-    """get_per_tensor_param's names, shapes and values equal the Hugging Face checkpoint the engine exports."""
+    """get_per_tensor_param's names, shapes and values equal the Hugging Face checkpoint the engine exports, and the
+    tensors are the caller's: held to the end of the generator and then overwritten, they leave the engine's weights
+    as they were (one rank, fp32: the stream hands out copies, never views of the masters)."""
     engine = enginery_verl.LanguageModelEngine(
         model_config=MODEL, engine_config=ENGINE, optimizer_config=OPTIM, device="cpu",
         checkpoint_config={"save_contents": ["model", "optimizer", "extra", "hf_model"]},
@@ -391,6 +393,10 @@ def test_per_tensor_params_are_the_hf_checkpoints_tensors(tmp_path):
     assert sorted(params) == sorted(hf)
     for name, tensor in hf.items():
         assert params[name].dtype == torch.float32 and torch.equal(params[name].cpu(), tensor), name
+    for tensor in params.values():
+        tensor.fill_(7.0)
+    for name, tensor in engine.get_per_tensor_param()[0]:
+        assert torch.equal(tensor.cpu(), hf[name]), name
     bf16 = dict(engine.get_per_tensor_param(dtype=torch.bfloat16)[0])
     assert all(t.dtype == torch.bfloat16 for t in bf16.values()) and sorted(bf16) == sorted(hf)
     buckets = list(engine._engine.weight_buckets(torch.float32, 1 << 16))
