@@ -238,6 +238,7 @@ def main(args):
 
     from enginery.verl.engine_config import EngineryEngineConfig
 
+    import flash_cross_entropy
     import varlen_attention
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -245,6 +246,7 @@ def main(args):
     if cuda:
         torch.cuda.set_device(0)
         varlen_attention.register()
+        flash_cross_entropy.register()  # verl's log-probs as with flash-attn installed (enginery's own do not use it)
     backend = BACKENDS[engine_name]
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(args.port))
