@@ -1,6 +1,7 @@
 """bench/verl's stand-in for flash-attn's cross-entropy (flash_cross_entropy.py), which gives verl's engine in the GPU
-benchmark the fused log-probs its users with flash-attn get: against float64 math, and through verl's own
-logprobs_from_logits against verl's fallback (logprobs_from_logits_v2), values and gradients. Eager on the CPU; on
+benchmark the fused log-probs its users with flash-attn get: against float64 math, through verl's own
+logprobs_from_logits against verl's fallback (logprobs_from_logits_v2), values and gradients, and inside verl's own
+fsdp2 engine (a PPO step and log-probs after it, against the same engine on its fallback). Eager on the CPU; on
 cuda (ENGINERY_VERL_DEVICE=cuda, the gpu entry) the same functions run compiled, as in the benchmark."""
 import os
 import sys
@@ -10,7 +11,9 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "verl"))
 import flash_cross_entropy  # noqa: E402
-from conftest import DEVICE  # noqa: E402
+from conftest import DEVICE, model_config, new_engine, one_rank_group, optimizer_config  # noqa: E402
+
+process_group = pytest.fixture(scope="module", autouse=True)(one_rank_group)
 
 ROWS, VOCAB = 11, 37
 
@@ -79,6 +82,52 @@ def test_verl_takes_it_and_agrees_with_its_own_fallback(monkeypatch, inplace):
     assert calls and calls[0]["inplace_backward"] == inplace  # verl's own dispatch chose the stand-in
     for a, b in zip(fused, fallback):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_verls_own_engine_steps_through_it_as_through_its_fallback(tiny_model_dir, monkeypatch):
+    """verl's fsdp2 engine, PPO train_batch then infer_batch, with the stand-in registered as the benchmark does:
+    verl's engine calls it with its logits, asking for the in-place backward in training, and its autograd graph
+    takes the gradient written into the logits. In fp32 the loss, grad norm and log-probs after the step equal
+    those of verl's own per-token fallback (the stand-in unregistered)."""
+    from functools import partial
+
+    from test_losses import ADVANTAGES, FP32, PROMPTS, RESPONSES
+    from verl.utils import torch_functional as F
+    from verl.workers.config import ActorConfig, FSDPEngineConfig
+    from verl.workers.utils.losses import ppo_loss
+
+    import verl_batches
+    monkeypatch.setattr(F, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", F.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE)
+    monkeypatch.setattr(F, "cross_entropy_loss", getattr(F, "cross_entropy_loss", None), raising=False)
+    old = [torch.full((len(r),), -4.0) for r in RESPONSES]  # the ratio away from 1: the loss depends on the log-probs
+
+    def step():
+        engine = new_engine(tiny_model_dir, backend="fsdp2", model=model_config(tiny_model_dir, use_remove_padding=True),
+                            engine=FSDPEngineConfig(strategy="fsdp2", fsdp_size=1, forward_only=False,
+                                                    mixed_precision=FP32, use_torch_compile=False),
+                            optim=optimizer_config(lr=1e-3, total_training_steps=4))
+        engine.initialize()
+        batch = verl_batches.ppo_batch(PROMPTS, RESPONSES, old, ADVANTAGES, micro_batch=1)  # verl's: rows % 1
+        config = ActorConfig(strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1)
+        with engine.train_mode():
+            out = engine.train_batch(batch.to(DEVICE), partial(ppo_loss, config))
+        with engine.eval_mode():
+            after = engine.infer_batch(verl_batches.ppo_batch(PROMPTS, RESPONSES, old, ADVANTAGES,
+                                                              micro_batch=1).to(DEVICE))["model_output"]
+        return out, [after["log_probs"][row].cpu() for row in range(len(PROMPTS))]
+
+    fallback, fallback_after = step()
+    calls = []
+    original = flash_cross_entropy.cross_entropy_loss
+    monkeypatch.setattr(flash_cross_entropy, "cross_entropy_loss", lambda *a, **k: calls.append(k) or original(*a, **k))
+    flash_cross_entropy.register()
+    fused, fused_after = step()
+    assert [c["inplace_backward"] for c in calls] == [True] * 6  # 3 micro-batches of training, then 3 of infer
+    assert fused["loss"] == pytest.approx(fallback["loss"], rel=1e-5)
+    assert fused["metrics"]["grad_norm"] == pytest.approx(fallback["metrics"]["grad_norm"], rel=1e-5)
+    assert fallback["metrics"]["grad_norm"] > 0
+    for a, b in zip(fused_after, fallback_after):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_what_verl_never_asks_for_is_refused_by_name():
