@@ -30,12 +30,15 @@ def _row_grad(x, lse, labels, grad_loss):
 _compiled = {}
 
 
-def _kernel(fn, on_cuda):
-    if not on_cuda:
-        return fn
+def _compile(fn):
+    """fn as fused kernels (whole graph, any row count), compiled once."""
     if fn not in _compiled:
         _compiled[fn] = torch.compile(fn, dynamic=True, fullgraph=True)
     return _compiled[fn]
+
+
+def _kernel(fn, on_cuda):
+    return _compile(fn) if on_cuda else fn
 
 
 class _CrossEntropy(torch.autograd.Function):

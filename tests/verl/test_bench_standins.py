@@ -30,16 +30,34 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(flash_cross_entropy, "CHUNK_ROWS", 4)  # 11 rows: two whole chunks and a remainder
 
 
+@pytest.fixture
+def register_recorded(monkeypatch):
+    """register() as the benchmark calls it, verl's two globals put back afterwards; returns a function that
+    registers the stand-in and gives the list of its calls' keyword arguments."""
+    from verl.utils import torch_functional as F
+    monkeypatch.setattr(F, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", F.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE)
+    monkeypatch.setattr(F, "cross_entropy_loss", getattr(F, "cross_entropy_loss", None), raising=False)
+
+    def register():
+        calls = []
+        original = flash_cross_entropy.cross_entropy_loss
+        monkeypatch.setattr(flash_cross_entropy, "cross_entropy_loss",
+                            lambda *a, **k: calls.append(k) or original(*a, **k))
+        flash_cross_entropy.register()
+        return calls
+    return register
+
+
 @pytest.mark.parametrize("dtype, inplace, compiled", [
     (torch.float32, False, False), (torch.float32, True, False), (torch.bfloat16, False, False),
     (torch.bfloat16, True, False),
     (torch.bfloat16, True, True),  # each chunk's math torch.compile'd, as on the GPU (there always)
 ])
 def test_losses_and_gradients_match_float64(monkeypatch, dtype, inplace, compiled):
+    compiled_fns = []
     if compiled:
-        kernels = {}
-        monkeypatch.setattr(flash_cross_entropy, "_kernel", lambda fn, on_cuda: kernels.setdefault(
-            fn, torch.compile(fn, dynamic=True, fullgraph=True)))
+        monkeypatch.setattr(flash_cross_entropy, "_kernel",
+                            lambda fn, on_cuda: compiled_fns.append(fn) or flash_cross_entropy._compile(fn))
     logits, labels = inputs(dtype)
     labels[5] = -100  # ignored: loss 0, no gradient
     leaf = logits.clone().requires_grad_(True)
@@ -57,14 +75,12 @@ def test_losses_and_gradients_match_float64(monkeypatch, dtype, inplace, compile
     assert losses[5] == 0 and leaf.grad[5].abs().sum() == 0
     tol = 1e-6 if dtype == torch.float32 else 1e-2  # the gradient is written in the logits' dtype
     torch.testing.assert_close(leaf.grad.double(), ref.grad, rtol=tol, atol=tol)
-    assert not compiled or len(kernels) == 2  # forward and backward both went through compiled functions
+    assert len(compiled_fns) == (2 if compiled else 0)  # forward and backward both through compiled functions
 
 
 @pytest.mark.parametrize("inplace", [False, True])
-def test_verl_takes_it_and_agrees_with_its_own_fallback(monkeypatch, inplace):
+def test_verl_takes_it_and_agrees_with_its_own_fallback(register_recorded, inplace):
     from verl.utils import torch_functional as F
-    monkeypatch.setattr(F, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", F.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE)
-    monkeypatch.setattr(F, "cross_entropy_loss", getattr(F, "cross_entropy_loss", None), raising=False)
     logits, labels = inputs(torch.float32, seed=1)
 
     def logprobs_and_grad(fn):
@@ -74,17 +90,14 @@ def test_verl_takes_it_and_agrees_with_its_own_fallback(monkeypatch, inplace):
         return out.detach(), leaf.grad
 
     fallback = logprobs_and_grad(F.logprobs_from_logits_v2)
-    calls = []
-    original = flash_cross_entropy.cross_entropy_loss
-    monkeypatch.setattr(flash_cross_entropy, "cross_entropy_loss", lambda *a, **k: calls.append(k) or original(*a, **k))
-    flash_cross_entropy.register()
+    calls = register_recorded()
     fused = logprobs_and_grad(lambda x, y: F.logprobs_from_logits(x, y, inplace_backward=inplace))
     assert calls and calls[0]["inplace_backward"] == inplace  # verl's own dispatch chose the stand-in
     for a, b in zip(fused, fallback):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_verls_own_engine_steps_through_it_as_through_its_fallback(tiny_model_dir, monkeypatch):
+def test_verls_own_engine_steps_through_it_as_through_its_fallback(tiny_model_dir, register_recorded):
     """verl's fsdp2 engine, PPO train_batch then infer_batch, with the stand-in registered as the benchmark does:
     verl's engine calls it with its logits, asking for the in-place backward in training, and its autograd graph
     takes the gradient written into the logits. In fp32 the loss, grad norm and log-probs after the step equal
@@ -92,13 +105,10 @@ def test_verls_own_engine_steps_through_it_as_through_its_fallback(tiny_model_di
     from functools import partial
 
     from test_losses import ADVANTAGES, FP32, PROMPTS, RESPONSES
-    from verl.utils import torch_functional as F
     from verl.workers.config import ActorConfig, FSDPEngineConfig
     from verl.workers.utils.losses import ppo_loss
 
     import verl_batches
-    monkeypatch.setattr(F, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", F.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE)
-    monkeypatch.setattr(F, "cross_entropy_loss", getattr(F, "cross_entropy_loss", None), raising=False)
     old = [torch.full((len(r),), -4.0) for r in RESPONSES]  # the ratio away from 1: the loss depends on the log-probs
 
     def step():
@@ -117,10 +127,7 @@ def test_verls_own_engine_steps_through_it_as_through_its_fallback(tiny_model_di
         return out, [after["log_probs"][row].cpu() for row in range(len(PROMPTS))]
 
     fallback, fallback_after = step()
-    calls = []
-    original = flash_cross_entropy.cross_entropy_loss
-    monkeypatch.setattr(flash_cross_entropy, "cross_entropy_loss", lambda *a, **k: calls.append(k) or original(*a, **k))
-    flash_cross_entropy.register()
+    calls = register_recorded()
     fused, fused_after = step()
     assert [c["inplace_backward"] for c in calls] == [True] * 6  # 3 micro-batches of training, then 3 of infer
     assert fused["loss"] == pytest.approx(fallback["loss"], rel=1e-5)
